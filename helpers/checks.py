@@ -1,0 +1,89 @@
+"""Exercise checking: every checker returns a :class:`CheckResult` that says whether the
+answer is right and, when it is not, names the likely mistake.
+
+Set the environment variable ``GM_STRICT_CHECKS=1`` to make a failing check raise
+``AssertionError`` instead (the test suite runs every solution this way).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+STRICT_ENV_VAR = "GM_STRICT_CHECKS"
+NOT_ANSWERED = "Not answered yet: replace `...` with your answer and run the cell again."
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on one answer: ``passed`` and a ``message`` for the learner."""
+
+    passed: bool
+    message: str
+
+    def __repr__(self) -> str:
+        return f"{'✅ Correct' if self.passed else '❌ Not yet'}: {self.message}"
+
+    def _repr_html_(self) -> str:
+        colour, mark = ("#1a7f37", "✅ Correct") if self.passed else ("#b35900", "❌ Not yet")
+        return (
+            f'<div style="border-left: 4px solid {colour}; padding: 0.3em 0.8em;">'
+            f"<b>{mark}</b>: {html.escape(self.message)}</div>"
+        )
+
+
+def correct(message: str) -> CheckResult:
+    """A passing result."""
+    return CheckResult(True, message)
+
+
+def wrong(message: str) -> CheckResult:
+    """A failing result; raises ``AssertionError`` in strict mode."""
+    if os.environ.get(STRICT_ENV_VAR, "") not in ("", "0"):
+        raise AssertionError(message)
+    return CheckResult(False, message)
+
+
+def is_unanswered(answer: object) -> bool:
+    """True for the placeholder ``...`` that exercise cells start with."""
+    return answer is Ellipsis
+
+
+def as_number(answer: object, what: str = "your answer") -> float:
+    """``answer`` as a float: a Python number or a one-element tensor, else ``TypeError``."""
+    if isinstance(answer, torch.Tensor):
+        if answer.numel() != 1:
+            raise TypeError(
+                f"{what} must be a single number; got a tensor of shape {tuple(answer.shape)}"
+            )
+        return float(answer.item())
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+        raise TypeError(f"{what} must be a number such as 17.0, got {type(answer).__name__}")
+    return float(answer)
+
+
+def number_matches(answer: float, expected: float, rel_tol: float = 1e-5) -> bool:
+    """Equal within a relative tolerance (and an absolute one of 1e-6 near zero)."""
+    return math.isclose(answer, expected, rel_tol=rel_tol, abs_tol=1e-6)
+
+
+def diagnose_number(
+    answer: float, expected: float, known_mistakes: dict[float, str], fallback: str
+) -> CheckResult:
+    """Compare a numeric answer; a wrong one gets the hint of a known mistake it equals,
+    or the hint for an answer off by a factor of 2, or ``fallback``."""
+    if number_matches(answer, expected):
+        return correct(f"{expected:g} is right.")
+    for value, hint in known_mistakes.items():
+        if number_matches(answer, value):
+            return wrong(f"{answer:g} is not it. {hint}")
+    if expected != 0 and number_matches(answer, 2 * expected):
+        return wrong(
+            f"{answer:g} is exactly 2x the expected value: was `.grad` zeroed before the "
+            "second backward?"
+        )
+    return wrong(f"{answer:g} is not it. {fallback}")

@@ -1,0 +1,56 @@
+"""Small, seeded data sets that the notebooks make on the spot (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def make_article_setup(
+    seed: int = 42, n_samples: int = 100, n_features: int = 10
+) -> tuple[torch.Tensor, torch.Tensor, nn.Linear]:
+    """The source article's first experiment: ``torch.manual_seed(seed)``, then
+    ``X = torch.randn(n_samples, n_features)``, ``y = torch.randn(n_samples, 1)``, then
+    ``nn.Linear(n_features, 1, bias=False)``.
+
+    The article built its model *before* seeding, so its starting weights changed on every
+    run; here the model is made right after the data, from the same seeded stream. The
+    global random state is left as it was.
+    """
+    _positive_int(n_samples, "n_samples")
+    _positive_int(n_features, "n_features")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        inputs = torch.randn(n_samples, n_features)
+        targets = torch.randn(n_samples, 1)
+        model = nn.Linear(n_features, 1, bias=False)
+    return inputs, targets, model
+
+
+def split_batches(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) -> list[Batch]:
+    """Cut ``inputs`` and ``targets`` into consecutive batches, in order, like the article's
+    ``X[i*20:(i+1)*20]``; the last batch is shorter when ``batch_size`` does not divide."""
+    if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
+        raise TypeError("inputs and targets must be tensors")
+    _positive_int(batch_size, "batch_size")
+    if len(inputs) == 0:
+        raise ValueError("inputs is empty: give at least one sample")
+    if len(inputs) != len(targets):
+        raise ValueError(
+            f"inputs has {len(inputs)} samples but targets has {len(targets)}: "
+            "they must have the same length"
+        )
+    return [
+        (inputs[start : start + batch_size], targets[start : start + batch_size])
+        for start in range(0, len(inputs), batch_size)
+    ]

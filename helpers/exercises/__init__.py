@@ -1,0 +1,1 @@
+"""Checkers for the exercises, one module per notebook."""

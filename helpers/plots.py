@@ -1,0 +1,64 @@
+"""Figures the notebooks show. Each function returns a matplotlib Figure (not pyplot's
+current figure), so a notebook cell displays it once by ending with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from matplotlib.figure import Figure
+
+from helpers.training import History
+
+FIGSIZE = (6.4, 3.2)
+
+
+def _show_figures_inline() -> None:
+    """Let a notebook cell display a returned Figure as a PNG (pyplot is never imported)."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("png")
+
+
+_show_figures_inline()
+
+
+def plot_loss_curves(
+    histories: Mapping[str, History], *, title: str = "", log_y: bool = False
+) -> Figure:
+    """Batch loss after each step, one line per run; ``log_y`` for runs that blow up."""
+    if not isinstance(histories, Mapping) or not histories:
+        raise ValueError("histories must be a non-empty dict of {label: History}")
+    for label, history in histories.items():
+        if not isinstance(history, History):
+            raise TypeError(f"histories[{label!r}] must be a History, got {type(history).__name__}")
+    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+    ax = fig.subplots()
+    for label, history in histories.items():
+        ax.plot(range(1, history.steps + 1), history.losses, label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("batch loss (MSE)")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> Figure:
+    """A function and the gradient autograd computed for it, side by side on one axis."""
+    values = [t.detach().cpu().flatten() for t in (x, y, grad)]
+    if len({len(v) for v in values}) != 1:
+        raise ValueError("x, y and grad must have the same number of elements")
+    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+    ax = fig.subplots()
+    ax.plot(values[0], values[1], label=name)
+    ax.plot(values[0], values[2], label=f"gradient of {name} from autograd", linestyle="--")
+    ax.set_xlabel("x")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig

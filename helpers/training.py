@@ -1,0 +1,107 @@
+"""Training loops small enough to read, with the switches the notebooks turn."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.data import Batch, _positive_int
+
+
+@dataclass
+class History:
+    """What one run recorded after each optimizer step (all on the CPU, detached)."""
+
+    losses: list[float] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    weights: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of ``model`` that require grad; a clear error when there are none."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(
+            "the model has no parameters that require grad: nothing would be trained "
+            "(did you freeze every layer, or pass a model without layers?)"
+        )
+    return params
+
+
+def _check_batches(batches: Sequence[Batch]) -> None:
+    if not isinstance(batches, Sequence) or isinstance(batches, (str, bytes)):
+        raise TypeError("batches must be a list of (inputs, targets) pairs")
+    if len(batches) == 0:
+        raise ValueError("batches is empty: give at least one (inputs, targets) pair")
+    for index, batch in enumerate(batches):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise TypeError(f"batch {index} must be an (inputs, targets) pair")
+        inputs, targets = batch
+        if len(inputs) != len(targets):
+            raise ValueError(
+                f"batch {index} has {len(inputs)} inputs but {len(targets)} targets: "
+                "they must have the same length"
+            )
+
+
+def train_steps(
+    model: nn.Module,
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    lr: float,
+    zero_grad: bool = True,
+    momentum: float = 0.0,
+    dampening: float = 0.0,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.mse_loss,
+) -> History:
+    """Train ``model`` in place with SGD for ``steps`` steps, cycling through ``batches``.
+
+    ``zero_grad=False`` reproduces the classic bug: ``optimizer.zero_grad()`` is never called,
+    so every ``backward()`` adds to what ``.grad`` already holds. Each step records the batch
+    loss, the norm of all gradients the step used, and a copy of the weights after the step.
+    """
+    params = trainable_parameters(model)
+    _check_batches(batches)
+    _positive_int(steps, "steps")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if momentum < 0 or dampening < 0:
+        raise ValueError("momentum and dampening must not be negative")
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening)
+    device = params[0].device
+    history = History()
+    for step in range(steps):
+        inputs, targets = batches[step % len(batches)]
+        if zero_grad:
+            optimizer.zero_grad()
+        loss = loss_fn(model(inputs.to(device)), targets.to(device))
+        loss.backward()
+        optimizer.step()
+        grads = [p.grad for p in params if p.grad is not None]
+        history.losses.append(loss.item())
+        history.grad_norms.append(torch.stack([g.norm() for g in grads]).norm().item())
+        history.weights.append(torch.cat([p.detach().flatten() for p in params]).cpu())
+    return history
+
+
+def compare_zero_grad(
+    model: nn.Module, batches: Sequence[Batch], *, steps: int, lr: float
+) -> dict[str, History]:
+    """Train two copies of ``model`` from the same start, with and without ``zero_grad``."""
+    trainable_parameters(model)
+    return {
+        label: train_steps(copy.deepcopy(model), batches, steps=steps, lr=lr, zero_grad=flag)
+        for label, flag in (("with zero_grad", True), ("without zero_grad", False))
+    }

@@ -1,0 +1,65 @@
+"""Interactive explorers. The numbers come from tested helpers; the widgets only wire
+controls to them (works with ipywidgets 7, which Colab ships, and 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import torch
+from IPython.display import display
+from torch import nn
+
+from helpers.data import Batch
+from helpers.plots import plot_loss_curves
+from helpers.training import compare_zero_grad, trainable_parameters
+
+
+def zero_grad_explorer(model: nn.Module, batches: Sequence[Batch]) -> widgets.interactive:
+    """Sliders for the learning rate and the number of steps, a switch for showing the run
+    with ``zero_grad`` beside the one without; the plot and a summary update on release.
+
+    The returned widget's ``.result`` holds the last summary: final losses by run."""
+    trainable_parameters(model)
+
+    def update(lr: float, steps: int, show_correct_run: bool) -> dict[str, float]:
+        runs = compare_zero_grad(model, batches, steps=steps, lr=lr)
+        shown = runs if show_correct_run else {"without zero_grad": runs["without zero_grad"]}
+        display(plot_loss_curves(shown, title=f"lr = {lr:.3g}, {steps} steps", log_y=True))
+        summary = {label: history.losses[-1] for label, history in runs.items()}
+        print(", ".join(f"{label}: last loss {loss:.4g}" for label, loss in summary.items()))
+        return summary
+
+    return widgets.interactive(
+        update,
+        {"manual": False},
+        lr=widgets.FloatLogSlider(
+            value=0.01,
+            base=10,
+            min=-3,
+            max=0,
+            step=0.1,
+            description="lr",
+            continuous_update=False,
+        ),
+        steps=widgets.IntSlider(
+            value=200, min=10, max=300, step=10, description="steps", continuous_update=False
+        ),
+        show_correct_run=widgets.Checkbox(value=True, description="show the run with zero_grad"),
+    )
+
+
+def square_gradient_slider() -> widgets.interactive:
+    """A slider for w that prints d(w**2)/dw computed by autograd: if it moves, widgets work.
+
+    The returned widget's ``.result`` is the last gradient computed."""
+
+    def update(w: float) -> float:
+        tensor = torch.tensor(float(w), requires_grad=True)
+        (tensor**2).backward()
+        print(f"w = {w:.1f}   d(w**2)/dw = {tensor.grad.item():.1f}")
+        return tensor.grad.item()
+
+    return widgets.interactive(
+        update, w=widgets.FloatSlider(value=1.0, min=-3.0, max=3.0, step=0.5, description="w")
+    )

@@ -1,0 +1,50 @@
+"""What the course tools share: where things are, the notebooks in order, the public URL."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+BRANCH = "main"
+
+
+def notebook_paths() -> list[Path]:
+    """The course notebooks in order: ``notebooks/NN_name.ipynb``."""
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def repository_url() -> str:
+    """The public repository URL: ``[project.urls] Repository`` in pyproject.toml."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    match = re.search(r'^Repository\s*=\s*"([^"]+)"', text, flags=re.MULTILINE)
+    if match is None:
+        raise ValueError("pyproject.toml has no [project.urls] Repository = '...' line")
+    url = match.group(1).rstrip("/")
+    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url):
+        raise ValueError(f"Repository must be https://github.com/OWNER/NAME, got {url!r}")
+    return url
+
+
+def read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def write(nb: nbformat.NotebookNode, path: Path) -> None:
+    nbformat.write(nb, path)
+
+
+def title(nb: nbformat.NotebookNode) -> str:
+    """The notebook's title: the text of the ``# `` heading in its first cell."""
+    first = nb.cells[0]
+    match = re.match(r"#\s+(.+)", first.source.strip()) if first.cell_type == "markdown" else None
+    if match is None:
+        raise ValueError("a course notebook starts with a markdown cell '# NN · Title'")
+    return match.group(1).strip()
+
+
+def cells_tagged(nb: nbformat.NotebookNode, tag: str) -> list[int]:
+    return [i for i, cell in enumerate(nb.cells) if tag in cell.get("metadata", {}).get("tags", [])]

@@ -1,0 +1,115 @@
+"""Regenerate every notebook's badges, setup cell and link to the next notebook from the
+repository URL in pyproject.toml.
+
+    python tools/sync_notebooks.py          # rewrite what drifted
+    python tools/sync_notebooks.py --check  # list what drifted, exit 1 if anything did
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import nbformat
+from course import BRANCH, cells_tagged, notebook_paths, read, repository_url, title, write
+
+BADGES_TAG = "course-badges"
+SETUP_TAG = "course-setup"
+NEXT_TAG = "course-next"
+
+SETUP_TEMPLATE = """\
+# Course setup, written by tools/sync_notebooks.py: makes `helpers` importable.
+# On Colab it first fetches the course and installs what Colab lacks; elsewhere it is silent.
+import importlib.util, os, pathlib, subprocess, sys  # noqa: E401, I001
+
+URL = "{url}"
+COURSE_REPO = os.environ.get("COURSE_REPO", URL)
+if importlib.util.find_spec("helpers") is None:
+    if "google.colab" in sys.modules:
+        root = pathlib.Path.cwd() / "{name}"
+        if not root.exists():
+            subprocess.run(["git", "clone", "-q", "--depth=1", COURSE_REPO, str(root)], check=True)
+        lacking = [pkg for pkg in ("matplotlib", "ipywidgets") if not importlib.util.find_spec(pkg)]
+        if lacking:  # never torch: Colab's own build stays
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", *lacking], check=True)
+    else:
+        here = pathlib.Path.cwd().resolve()
+        root = next((p for p in (here, *here.parents) if (p / "helpers").is_dir()), here.parent)
+    sys.path.insert(0, str(root))"""
+
+
+def badges_source(url: str, filename: str) -> str:
+    owner_repo = url.removeprefix("https://github.com/")
+    colab = (
+        f"https://colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/notebooks/{filename}"
+    )
+    binder = (
+        f"https://mybinder.org/v2/gh/{owner_repo}/{BRANCH}?urlpath=lab/tree/notebooks/{filename}"
+    )
+    return (
+        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
+        f"[![Launch Binder](https://mybinder.org/badge_logo.svg)]({binder})"
+    )
+
+
+def setup_source(url: str) -> str:
+    return SETUP_TEMPLATE.format(url=url, name=url.rsplit("/", 1)[-1])
+
+
+def next_source(next_title: str | None, next_file: str | None) -> str:
+    if next_file is None:
+        return (
+            "**Next:** this is the last notebook published so far. "
+            "Back to the [course overview](../README.md)."
+        )
+    return f"**Next:** [{next_title}]({next_file})"
+
+
+def _set(nb, tag: str, kind: str, source: str, position: int) -> bool:
+    """Give the cell tagged ``tag`` this source (creating it at ``position``); True if changed."""
+    found = cells_tagged(nb, tag)
+    if found:
+        cell = nb.cells[found[0]]
+        if cell.source == source and cell.cell_type == kind:
+            return False
+        cell.source = source
+        return True
+    maker = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+    nb.cells.insert(position, maker(source, metadata={"tags": [tag]}))
+    return True
+
+
+def sync(check: bool = False) -> list[str]:
+    """Bring every notebook in line with the URL; return the names of those that drifted."""
+    url = repository_url()
+    paths = notebook_paths()
+    notebooks = [read(path) for path in paths]
+    drifted = []
+    for index, (path, nb) in enumerate(zip(paths, notebooks, strict=True)):
+        following = index + 1 < len(paths)
+        next_title = title(notebooks[index + 1]) if following else None
+        next_file = paths[index + 1].name if following else None
+        changed = _set(nb, BADGES_TAG, "markdown", badges_source(url, path.name), 1)
+        overview = 3 if len(nb.cells) > 2 else len(nb.cells)
+        changed |= _set(nb, SETUP_TAG, "code", setup_source(url), overview)
+        changed |= _set(nb, NEXT_TAG, "markdown", next_source(next_title, next_file), len(nb.cells))
+        if changed:
+            drifted.append(path.name)
+            if not check:
+                write(nb, path)
+    return drifted
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only report drift")
+    args = parser.parse_args(argv)
+    drifted = sync(check=args.check)
+    verb = "drifted from pyproject.toml" if args.check else "updated"
+    for name in drifted:
+        print(f"{name}: {verb}")
+    return 1 if (args.check and drifted) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
