@@ -3,11 +3,12 @@ something is missing or too old."""
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import platform
 import re
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 
 from helpers.device import describe_device, pick_device
 
@@ -78,13 +79,14 @@ def check_environment() -> list[CheckLine]:
     ]
     on_colab = running_on_colab()
     for requirement in REQUIREMENTS:
-        try:
-            module = importlib.import_module(requirement.module)
-        except ImportError:
+        try:  # read the installed version without importing (jupyterlab is slow to import)
+            found = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            found = None
+        if found is None or importlib.util.find_spec(requirement.module) is None:
             found, ok = None, on_colab and not requirement.needed_on_colab
         else:
-            found = getattr(module, "__version__", "unknown")
-            ok = found == "unknown" or parse_version(found) >= requirement.minimum
+            ok = parse_version(found) >= requirement.minimum
         lines.append(CheckLine(requirement.name, found, ok, requirement.fix))
     lines.append(CheckLine("device", describe_device(pick_device()), True, ""))
     return lines

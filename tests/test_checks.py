@@ -1,0 +1,181 @@
+"""Every checker passes the solution and rejects typical wrong answers with the right hint."""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from helpers.checks import CheckResult, as_number, diagnose_number, wrong
+from helpers.exercises.autograd_accumulates import (
+    check_grad_prediction,
+    check_training_loop,
+    check_weight_without_zero_grad,
+)
+from helpers.exercises.setup_check import check_device_answer
+
+
+def assert_hint(result: CheckResult, *fragments: str):
+    assert not result.passed
+    for fragment in fragments:
+        assert fragment in result.message, result.message
+
+
+def test_result_renders_as_text_and_html():
+    ok, bad = CheckResult(True, "fine"), CheckResult(False, "a < b")
+    assert repr(ok) == "✅ Correct: fine"
+    assert repr(bad) == "❌ Not yet: a < b"
+    assert "a &lt; b" in bad._repr_html_() and "✅ Correct" in ok._repr_html_()
+
+
+def test_strict_mode_raises_on_a_wrong_answer(strict_checks):
+    with pytest.raises(AssertionError, match="18 is not it"):
+        check_grad_prediction(18)
+    assert check_grad_prediction(17).passed
+
+
+def test_numbers_accept_python_numbers_and_one_element_tensors():
+    assert as_number(torch.tensor([2.5])) == 2.5
+    assert as_number(3) == 3.0
+    with pytest.raises(TypeError, match="single number"):
+        as_number(torch.zeros(2))
+    with pytest.raises(TypeError, match="must be a number"):
+        as_number("17")
+    with pytest.raises(TypeError, match="must be a number"):
+        as_number(True)
+
+
+def test_an_answer_twice_the_expected_one_asks_about_zeroing():
+    assert_hint(diagnose_number(8.0, 4.0, {}, "fallback"), "exactly 2x", "zeroed")
+    assert_hint(diagnose_number(5.0, 4.0, {}, "fallback"), "fallback")
+    assert wrong("x").passed is False
+
+
+class TestGradPrediction:
+    def test_solution_passes(self):
+        assert check_grad_prediction(17.0).passed
+        assert check_grad_prediction(torch.tensor(17.0)).passed
+
+    @pytest.mark.parametrize(
+        ("answer", "hint"),
+        [
+            (5, "only the last backward"),
+            (6, "three backward calls ran and each one adds"),
+            (12, "left out (5 * w).backward()"),
+            (11, "both of its backward calls add"),
+            (34, "exactly 2x"),
+            (1, "Add what each backward() contributes"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, answer, hint):
+        assert_hint(check_grad_prediction(answer), hint)
+
+    def test_placeholder_and_wrong_type(self):
+        assert_hint(check_grad_prediction(...), "Not answered yet")
+        with pytest.raises(TypeError, match="must be a number"):
+            check_grad_prediction("17")
+
+
+class TestWeightWithoutZeroGrad:
+    def test_solution_passes(self):
+        assert check_weight_without_zero_grad(1.0 - 0.1 * (1 + 3 + 6)).passed
+
+    @pytest.mark.parametrize(
+        ("answer", "hint"),
+        [
+            (0.4, "loop *with* zero_grad"),
+            (-0.8, "total 1 + 2 + 3 = 6 at every step"),
+            (0.6, "count the third one"),
+            (0.25, "Write down `.grad` before each step"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, answer, hint):
+        assert_hint(check_weight_without_zero_grad(answer), hint)
+
+
+def loop_correct(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def loop_zero_grad_at_the_end(model, optimizer, batches):
+    for inputs, targets in batches:
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+        model.zero_grad()
+
+
+def loop_without_zero_grad(model, optimizer, batches):
+    for inputs, targets in batches:
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def loop_zero_grad_before_step(model, optimizer, batches):
+    for inputs, targets in batches:
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.zero_grad()
+        optimizer.step()
+
+
+def loop_without_step(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+
+
+def loop_sum_loss(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets, reduction="sum").backward()
+        optimizer.step()
+
+
+def loop_that_raises(model, optimizer, batches):
+    raise RuntimeError("boom")
+
+
+class TestTrainingLoop:
+    def test_solutions_pass_wherever_zero_grad_sits_between_step_and_backward(self):
+        assert check_training_loop(loop_correct).passed
+        assert check_training_loop(loop_zero_grad_at_the_end).passed
+
+    @pytest.mark.parametrize(
+        ("loop", "hint"),
+        [
+            (loop_without_zero_grad, "gradients from earlier batches were still in `.grad`"),
+            (loop_zero_grad_before_step, "step() saw no gradient"),
+            (loop_without_step, "Is optimizer.step() called"),
+            (loop_sum_loss, "differ from one epoch of plain SGD"),
+            (loop_that_raises, "your function raised RuntimeError: boom"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, loop, hint):
+        assert_hint(check_training_loop(loop), hint)
+
+    def test_placeholder_and_wrong_type(self):
+        assert_hint(check_training_loop(...), "Not answered yet")
+        with pytest.raises(TypeError, match="pass your function itself"):
+            check_training_loop(loop_correct(None, None, []))
+
+
+class TestDeviceAnswer:
+    def test_solution_passes(self):
+        assert check_device_answer("cpu").passed  # the suite runs with GM_DEVICE=cpu
+        assert check_device_answer(" CPU ").passed
+
+    @pytest.mark.parametrize(
+        ("answer", "hint"),
+        [
+            ("gpu", "PyTorch names NVIDIA GPUs 'cuda'"),
+            ("cuda", "not the one found here"),
+            ("tpu", "use one of those names"),
+            (..., "Not answered yet"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, answer, hint):
+        assert_hint(check_device_answer(answer), hint)
+
+    def test_wrong_type(self):
+        with pytest.raises(TypeError, match="must be a string"):
+            check_device_answer(0)

@@ -1,0 +1,128 @@
+"""Every notebook: valid, run in order in one kernel, clean outputs, the course's anatomy,
+in sync with the repository URL."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+import sync_notebooks
+from course import cells_tagged, notebook_paths, read, title
+
+NOTEBOOKS = notebook_paths()
+NAMES = [path.name for path in NOTEBOOKS]
+SYLLABUS_PREFIXES = ["00_", "01_", "02_", "03_", "04_", "05_", "06_"]
+
+
+def test_the_course_starts_with_the_setup_check_and_follows_the_syllabus():
+    assert NAMES[:2] == ["00_setup_check.ipynb", "01_autograd_accumulates.ipynb"]
+    assert [name[:3] for name in NAMES] == SYLLABUS_PREFIXES[: len(NAMES)]
+
+
+def code_cells(nb):
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def tags(cell):
+    return cell.get("metadata", {}).get("tags", [])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+class TestHygiene:
+    def test_is_valid_nbformat_under_one_megabyte(self, path):
+        nbformat.validate(nbformat.read(path, as_version=4))
+        assert path.stat().st_size < 1_000_000
+
+    def test_code_cells_ran_in_order_in_one_fresh_kernel(self, path):
+        counts = [cell.execution_count for cell in code_cells(read(path))]
+        assert counts == list(range(1, len(counts) + 1))
+
+    def test_no_errors_except_in_cells_marked_to_raise(self, path):
+        for cell in code_cells(read(path)):
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            assert not errors or "raises-exception" in tags(cell), cell.source
+
+    def test_no_stderr_and_no_memory_addresses(self, path):
+        for cell in code_cells(read(path)):
+            for output in cell.outputs:
+                assert output.get("name") != "stderr", f"stderr stored: {output.get('text')}"
+                text = str(output.get("text", "")) + str(
+                    output.get("data", {}).get("text/plain", "")
+                )
+                assert not re.search(r"0x[0-9a-fA-F]{6,}", text), text
+
+    def test_ignored_outputs_are_rare_and_followed_by_an_assertion(self, path):
+        cells = code_cells(read(path))
+        for index, cell in enumerate(cells):
+            if "nbval-ignore-output" in tags(cell):
+                nearby = cell.source + "".join(c.source for c in cells[index + 1 : index + 2])
+                assert "assert" in nearby, (
+                    f"an ignored cell's property is not asserted: {cell.source}"
+                )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+class TestAnatomy:
+    def test_title_names_the_notebook(self, path):
+        number = path.name[:2]
+        assert re.fullmatch(rf"{number} · \S.+", title(read(path)))
+
+    def test_badges_follow_the_title(self, path):
+        nb = read(path)
+        assert cells_tagged(nb, sync_notebooks.BADGES_TAG) == [1]
+        badges = nb.cells[1].source
+        assert "Open In Colab" in badges and "Launch Binder" in badges
+        assert badges.count(path.name) == 2
+
+    def test_overview_has_questions_objectives_and_minutes(self, path):
+        nb = read(path)
+        [index] = cells_tagged(nb, "course-overview")
+        overview = nb.cells[index].source
+        assert "**Questions**" in overview and "**Objectives**" in overview
+        assert re.search(r"\*\*Minutes:\*\* \d+ teaching / \d+ exercises", overview)
+
+    def test_setup_cell_is_the_first_code_cell(self, path):
+        nb = read(path)
+        first = code_cells(nb)[0]
+        assert sync_notebooks.SETUP_TAG in tags(first)
+        assert first.outputs == [], "the setup cell must print nothing outside Colab"
+
+    def test_sections_are_short(self, path):
+        for cell in read(path).cells:
+            if cell.cell_type == "code" and sync_notebooks.SETUP_TAG not in tags(cell):
+                assert cell.source.count("\n") < 25, f"split this cell: {cell.source[:80]}"
+
+    def test_every_exercise_is_checked_and_has_a_hidden_solution(self, path):
+        nb = read(path)
+        exercises = cells_tagged(nb, "exercise")
+        assert exercises, "every notebook has at least one exercise"
+        for index in exercises:
+            assert re.search(r"check_\w+\(", nb.cells[index].source)
+            solution = nb.cells[index + 1]
+            assert "solution" in tags(solution)
+            assert solution.source.startswith("<details><summary>Solution")
+            assert "```python" in solution.source
+
+    def test_key_points_then_a_link_to_the_next_notebook(self, path):
+        nb = read(path)
+        assert nb.cells[-2].source.startswith("## Key points")
+        assert cells_tagged(nb, sync_notebooks.NEXT_TAG) == [len(nb.cells) - 1]
+        position = NAMES.index(path.name)
+        link = nb.cells[-1].source
+        if position + 1 < len(NAMES):
+            assert f"]({NAMES[position + 1]})" in link
+        else:
+            assert "last notebook" in link
+
+
+def test_badges_setup_cells_and_links_match_the_repository_url():
+    drifted = sync_notebooks.sync(check=True)
+    assert drifted == [], "run: python tools/sync_notebooks.py"
+
+
+def test_setup_cell_reads_the_one_url_setting():
+    url = sync_notebooks.repository_url()
+    cell = sync_notebooks.setup_source(url)
+    assert f'URL = "{url}"' in cell
+    assert "torch" not in cell.split("lacking = ")[1].split("]")[0], "never install torch on Colab"

@@ -1,0 +1,70 @@
+"""Repository-level checks: Binder matches requirements.txt, README matches the notebooks,
+and ruff is clean on helpers, tests, tools and notebooks."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from course import ROOT, notebook_paths, read, repository_url, title
+
+
+def requirement_lines(path):
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def split_requirement(line):
+    name, spec = re.match(r"([A-Za-z0-9_.-]+)(.*)", line).groups()
+    return name.lower(), spec
+
+
+def test_binder_installs_the_same_packages_with_the_cpu_torch_wheel():
+    course = dict(split_requirement(line) for line in requirement_lines("requirements.txt"))
+    binder_lines = requirement_lines("binder/requirements.txt")
+    assert binder_lines[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
+    binder = dict(split_requirement(line) for line in binder_lines[1:])
+    assert set(binder) == set(course)
+    assert binder.pop("torch") == course.pop("torch") + "+cpu"
+    assert binder == course
+
+
+def test_binder_pins_the_tested_python_and_installs_the_helpers():
+    runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
+    assert runtime == "python-3.11"
+    assert "Python 3.11" in (ROOT / "README.md").read_text(encoding="utf-8")
+    post_build = (ROOT / "binder" / "postBuild").read_text()
+    assert "pip install --no-deps --editable ." in post_build
+
+
+def test_readme_lists_every_notebook_and_links_binder_to_notebook_00():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for path in notebook_paths():
+        assert f"[{title(read(path))}](notebooks/{path.name})" in readme
+    owner_repo = repository_url().removeprefix("https://github.com/")
+    binder = f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=lab/tree/notebooks/00_setup_check.ipynb"
+    assert binder in readme
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    command = "python -m pytest"
+    assert command in readme and command in ci
+
+
+def ruff(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True
+    )
+
+
+def test_ruff_check_is_clean():
+    done = ruff("check", ".")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format_is_clean():
+    done = ruff("format", "--check", ".")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,80 @@
+"""The setup cell every notebook starts with, run as Colab and as a local kernel would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import sync_notebooks
+from course import ROOT, repository_url
+
+# Runs the setup cell in a fresh interpreter where `helpers` is not importable, records the
+# commands it runs (git really runs; pip is only recorded), then reports what happened.
+HARNESS = textwrap.dedent(
+    """
+    import importlib.util, json, subprocess, sys, types
+    sys.path = [p for p in sys.path if p not in ("", {root!r})]
+    sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    assert importlib.util.find_spec("helpers") is None
+    if {colab!r}:
+        sys.modules["google.colab"] = types.ModuleType("google.colab")
+    real_find_spec = importlib.util.find_spec
+    def find_spec(name, *args):
+        return None if name in {hide!r} else real_find_spec(name, *args)
+    importlib.util.find_spec = find_spec
+    commands, real_run = [], subprocess.run
+    def run(cmd, *args, **kwargs):
+        commands.append(list(cmd))
+        return real_run(cmd, *args, **kwargs) if cmd[0] == "git" else None
+    subprocess.run = run
+    exec(compile({source!r}, "setup-cell", "exec"), {{}})
+    import helpers
+    print(json.dumps({{"commands": commands, "helpers": helpers.__file__}}))
+    """
+)
+
+
+def run_setup_cell(cwd, colab: bool, env_repo: str | None = None, hide: tuple = ()):
+    source = sync_notebooks.setup_source(repository_url())
+    script = HARNESS.format(root=str(ROOT), colab=colab, source=source, hide=list(hide))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    if env_repo:
+        env["COURSE_REPO"] = env_repo
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    *printed, report = done.stdout.strip().splitlines()
+    return printed, json.loads(report)
+
+
+def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing():
+    printed, report = run_setup_cell(ROOT / "notebooks", colab=False)
+    assert printed == []
+    assert report["commands"] == []
+    assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
+def test_on_colab_it_clones_the_course_and_installs_nothing_colab_has(tmp_path):
+    printed, report = run_setup_cell(tmp_path, colab=True, env_repo=str(ROOT))
+    clone = tmp_path / repository_url().rsplit("/", 1)[-1]
+    assert report["commands"] == [["git", "clone", "-q", "--depth=1", str(ROOT), str(clone)]]
+    assert report["helpers"] == str(clone / "helpers" / "__init__.py")
+    assert printed == []
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
+def test_on_colab_it_installs_only_what_is_missing_and_never_torch(tmp_path):
+    _, report = run_setup_cell(tmp_path, colab=True, env_repo=str(ROOT), hide=("ipywidgets",))
+    git, pip = report["commands"]
+    assert git[:2] == ["git", "clone"]
+    assert pip[1:] == ["-m", "pip", "install", "-q", "ipywidgets"]

@@ -1,0 +1,55 @@
+import sys
+import types
+
+import pytest
+
+from helpers import setup_check
+from helpers.setup_check import CheckLine, check_environment, parse_version
+
+
+def test_parse_version():
+    assert parse_version("2.13.0+cpu") == (2, 13, 0)
+    assert parse_version("8.1.9") == (8, 1, 9)
+    with pytest.raises(ValueError, match="cannot read a version"):
+        parse_version("dev")
+    with pytest.raises(TypeError):
+        parse_version(2.13)
+
+
+def test_this_environment_passes_and_names_the_device():
+    lines = check_environment()
+    assert [line.name for line in lines] == [
+        "python",
+        "torch",
+        "jupyterlab",
+        "ipywidgets",
+        "matplotlib",
+        "device",
+    ]
+    assert all(line.ok for line in lines), [str(line) for line in lines]
+    assert str(lines[-1]) == "[OK]   device      cpu"
+
+
+def test_missing_or_old_packages_fail_with_their_fix(monkeypatch):
+    monkeypatch.setattr(
+        setup_check,
+        "REQUIREMENTS",
+        (
+            setup_check.Requirement("nothere", "no_such_module_xyz", (1,), "pip install nothere"),
+            setup_check.Requirement("torch", "torch", (99,), "upgrade torch"),
+        ),
+    )
+    _, missing, old, _ = check_environment()
+    assert not missing.ok and str(missing).endswith("not installed  ->  pip install nothere")
+    assert not old.ok and "upgrade torch" in str(old)
+
+
+def test_jupyterlab_is_optional_on_colab(monkeypatch):
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(
+        setup_check,
+        "REQUIREMENTS",
+        (setup_check.Requirement("jupyterlab", "no_such_module_xyz", (4,), "pip", False),),
+    )
+    assert check_environment()[1].ok
+    assert CheckLine("x", "1", True, "").ok

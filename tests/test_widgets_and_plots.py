@@ -1,0 +1,65 @@
+"""The explorers' wiring and the figures, without a browser."""
+
+import ipywidgets as widgets
+import pytest
+from matplotlib.figure import Figure
+
+from helpers.data import make_article_setup, split_batches
+from helpers.plots import plot_function_and_gradient, plot_loss_curves
+from helpers.training import History, compare_zero_grad
+from helpers.widgets import square_gradient_slider, zero_grad_explorer
+
+
+@pytest.fixture(scope="module")
+def article():
+    inputs, targets, model = make_article_setup()
+    return model, split_batches(inputs, targets, 20)
+
+
+def test_zero_grad_explorer_recomputes_when_a_control_moves(article):
+    explorer = zero_grad_explorer(*article)
+    lr, steps, show = explorer.children[:3]
+    assert isinstance(lr, widgets.FloatLogSlider) and isinstance(steps, widgets.IntSlider)
+    assert isinstance(show, widgets.Checkbox)
+    assert lr.value == pytest.approx(0.01) and steps.value == 200
+    assert explorer.result["without zero_grad"] < 10
+    lr.value = 0.1
+    assert explorer.result["without zero_grad"] > 1e12
+    steps.value = 10
+    assert explorer.result["without zero_grad"] < 10
+
+
+def test_square_gradient_slider_recomputes():
+    slider = square_gradient_slider()
+    assert slider.result == 2.0
+    slider.children[0].value = -1.5
+    assert slider.result == -3.0
+
+
+def test_explorer_rejects_a_model_without_parameters(article):
+    import torch
+
+    with pytest.raises(ValueError, match="no parameters that require grad"):
+        zero_grad_explorer(torch.nn.ReLU(), article[1])
+
+
+def test_loss_curves_draw_one_line_per_run(article):
+    runs = compare_zero_grad(*article, steps=10, lr=0.01)
+    fig = plot_loss_curves(runs, title="t", log_y=True)
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.lines] == list(runs)
+    assert ax.get_yscale() == "log"
+    assert len(ax.lines[0].get_xdata()) == 10
+
+
+def test_plots_reject_bad_input():
+    with pytest.raises(ValueError, match="non-empty dict"):
+        plot_loss_curves({})
+    with pytest.raises(TypeError, match="must be a History"):
+        plot_loss_curves({"run": [1.0, 2.0]})
+    import torch
+
+    with pytest.raises(ValueError, match="same number of elements"):
+        plot_function_and_gradient(torch.zeros(3), torch.zeros(3), torch.zeros(4))
+    assert History().steps == 0
