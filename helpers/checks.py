@@ -72,18 +72,21 @@ def number_matches(answer: float, expected: float, rel_tol: float = 1e-5) -> boo
 
 
 def diagnose_number(
-    answer: float, expected: float, known_mistakes: dict[float, str], fallback: str
+    answer: float,
+    expected: float,
+    known_mistakes: dict[float, str],
+    fallback: str,
+    *,
+    twice_hint: str | None = None,
 ) -> CheckResult:
-    """Compare a numeric answer; a wrong one gets the hint of a known mistake it equals,
-    or the hint for an answer off by a factor of 2, or ``fallback``."""
+    """Compare a numeric answer. A wrong one gets the hint of the known mistake it equals;
+    else, when it is exactly twice ``expected`` and ``twice_hint`` is given, that hint
+    (for example "was `.grad` zeroed before the second backward?"); else ``fallback``."""
     if number_matches(answer, expected):
         return correct(f"{expected:g} is right.")
     for value, hint in known_mistakes.items():
         if number_matches(answer, value):
             return wrong(f"{answer:g} is not it. {hint}")
-    if expected != 0 and number_matches(answer, 2 * expected):
-        return wrong(
-            f"{answer:g} is exactly 2x the expected value: was `.grad` zeroed before the "
-            "second backward?"
-        )
+    if twice_hint is not None and expected != 0 and number_matches(answer, 2 * expected):
+        return wrong(f"{answer:g} is exactly 2x the expected value: {twice_hint}")
     return wrong(f"{answer:g} is not it. {fallback}")

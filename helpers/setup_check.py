@@ -24,13 +24,15 @@ class Requirement:
     needed_on_colab: bool = True
 
 
+TORCH_FIX = (
+    "python -m pip install -U torch  (CPU-only machines: add "
+    "--index-url https://download.pytorch.org/whl/cpu for the small build)"
+)
 REQUIREMENTS = (
-    Requirement(
-        "torch", "torch", (2, 1), "python -m pip install torch (see the README for the CPU wheel)"
-    ),
-    Requirement("jupyterlab", "jupyterlab", (4, 0), "python -m pip install 'jupyterlab>=4'", False),
-    Requirement("ipywidgets", "ipywidgets", (7, 6), "python -m pip install 'ipywidgets>=8'"),
-    Requirement("matplotlib", "matplotlib", (3, 5), "python -m pip install matplotlib"),
+    Requirement("torch", "torch", (2, 1), TORCH_FIX),
+    Requirement("jupyterlab", "jupyterlab", (4, 0), "python -m pip install -U jupyterlab", False),
+    Requirement("ipywidgets", "ipywidgets", (7, 6), "python -m pip install -U ipywidgets"),
+    Requirement("matplotlib", "matplotlib", (3, 8), "python -m pip install -U matplotlib"),
 )
 MINIMUM_PYTHON = (3, 10)
 
@@ -88,5 +90,8 @@ def check_environment() -> list[CheckLine]:
         else:
             ok = parse_version(found) >= requirement.minimum
         lines.append(CheckLine(requirement.name, found, ok, requirement.fix))
-    lines.append(CheckLine("device", describe_device(pick_device()), True, ""))
+    try:
+        lines.append(CheckLine("device", describe_device(pick_device()), True, ""))
+    except ValueError as error:  # GM_DEVICE names a device this machine lacks
+        lines.append(CheckLine("device", "not available", False, str(error)))
     return lines

@@ -43,9 +43,11 @@ def test_numbers_accept_python_numbers_and_one_element_tensors():
         as_number(True)
 
 
-def test_an_answer_twice_the_expected_one_asks_about_zeroing():
-    assert_hint(diagnose_number(8.0, 4.0, {}, "fallback"), "exactly 2x", "zeroed")
-    assert_hint(diagnose_number(5.0, 4.0, {}, "fallback"), "fallback")
+def test_an_answer_twice_the_expected_one_gets_the_exercises_twice_hint():
+    result = diagnose_number(8.0, 4.0, {}, "fallback", twice_hint="was `.grad` zeroed?")
+    assert_hint(result, "exactly 2x", "was `.grad` zeroed?")
+    assert_hint(diagnose_number(8.0, 4.0, {}, "fallback"), "fallback")
+    assert_hint(diagnose_number(5.0, 4.0, {}, "fallback", twice_hint="x"), "fallback")
     assert wrong("x").passed is False
 
 
@@ -61,7 +63,7 @@ class TestGradPrediction:
             (6, "three backward calls ran and each one adds"),
             (12, "left out (5 * w).backward()"),
             (11, "both of its backward calls add"),
-            (34, "exactly 2x"),
+            (34, "Add what each backward() contributes"),
             (1, "Add what each backward() contributes"),
         ],
     )
@@ -124,6 +126,27 @@ def loop_without_step(model, optimizer, batches):
         F.mse_loss(model(inputs), targets).backward()
 
 
+def loop_step_before_backward(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        optimizer.step()
+        F.mse_loss(model(inputs), targets).backward()
+
+
+def loop_twice_over_the_batches(model, optimizer, batches):
+    for inputs, targets in [*batches, *batches]:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def loop_model_zero_grad(model, optimizer, batches):
+    for inputs, targets in batches:
+        model.zero_grad(set_to_none=False)
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
 def loop_sum_loss(model, optimizer, batches):
     for inputs, targets in batches:
         optimizer.zero_grad()
@@ -139,14 +162,17 @@ class TestTrainingLoop:
     def test_solutions_pass_wherever_zero_grad_sits_between_step_and_backward(self):
         assert check_training_loop(loop_correct).passed
         assert check_training_loop(loop_zero_grad_at_the_end).passed
+        assert check_training_loop(loop_model_zero_grad).passed
 
     @pytest.mark.parametrize(
         ("loop", "hint"),
         [
             (loop_without_zero_grad, "gradients from earlier batches were still in `.grad`"),
-            (loop_zero_grad_before_step, "step() saw no gradient"),
-            (loop_without_step, "Is optimizer.step() called"),
-            (loop_sum_loss, "differ from one epoch of plain SGD"),
+            (loop_zero_grad_before_step, "`.grad` was None) at step 1"),
+            (loop_step_before_backward, "backward() must come before step()"),
+            (loop_without_step, "optimizer.step() was never called"),
+            (loop_twice_over_the_batches, "step() ran 6 times for 3 batches"),
+            (loop_sum_loss, "not the gradient of its batch's loss"),
             (loop_that_raises, "your function raised RuntimeError: boom"),
         ],
     )
@@ -163,6 +189,7 @@ class TestDeviceAnswer:
     def test_solution_passes(self):
         assert check_device_answer("cpu").passed  # the suite runs with GM_DEVICE=cpu
         assert check_device_answer(" CPU ").passed
+        assert check_device_answer(torch.device("cpu")).passed
 
     @pytest.mark.parametrize(
         ("answer", "hint"),
@@ -179,3 +206,9 @@ class TestDeviceAnswer:
     def test_wrong_type(self):
         with pytest.raises(TypeError, match="must be a string"):
             check_device_answer(0)
+
+    def test_cuda_with_an_index_counts_on_a_gpu_machine(self, monkeypatch):
+        monkeypatch.setenv("GM_DEVICE", "cuda")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        assert check_device_answer("cuda:0").passed
+        assert_hint(check_device_answer("cpu"), "not the one found here")

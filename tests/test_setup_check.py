@@ -44,6 +44,21 @@ def test_missing_or_old_packages_fail_with_their_fix(monkeypatch):
     assert not old.ok and "upgrade torch" in str(old)
 
 
+def test_an_unavailable_device_choice_is_a_fail_line_not_a_crash(monkeypatch):
+    monkeypatch.setenv("GM_DEVICE", "cuda")
+    monkeypatch.setattr(setup_check, "REQUIREMENTS", ())
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    device = check_environment()[-1]
+    assert not device.ok and "'cuda' was asked for but is not available" in str(device)
+
+
+def test_fixes_upgrade_what_is_too_old():
+    for requirement in setup_check.REQUIREMENTS:
+        assert "pip install -U" in requirement.fix
+
+
 def test_jupyterlab_is_optional_on_colab(monkeypatch):
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     monkeypatch.setattr(

@@ -3,6 +3,9 @@ committed outputs are made. CPU is the reference, so the run sets GM_DEVICE=cpu.
 
     python tools/run_notebooks.py                      # every notebook
     python tools/run_notebooks.py notebooks/01_*.ipynb # some
+
+A small synchronous client (as nbval has) rather than nbclient: nbclient can stall for its
+whole timeout on cells that display widgets (jupyter/nbclient issue 312).
 """
 
 from __future__ import annotations
@@ -11,25 +14,80 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 from course import NOTEBOOKS, notebook_paths, read, write
-from nbclient import NotebookClient
+from jupyter_client.manager import KernelManager
 
 TIMEOUT_S = 300
+RAISES_TAG = "raises-exception"
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path, allow_errors: bool = False):
-    """Run ``nb`` in a fresh python3 kernel started in ``cwd``; return it with outputs."""
-    client = NotebookClient(
-        nb,
-        timeout=TIMEOUT_S,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(cwd)}},
-        record_timing=False,
-        allow_errors=allow_errors,
-    )
-    client.execute()
+class CellError(RuntimeError):
+    """A cell raised, and it is not tagged to raise."""
+
+
+def _add_output(outputs: list, msg: dict) -> None:
+    kind = msg["msg_type"]
+    if kind == "stream" and outputs and outputs[-1].get("name") == msg["content"]["name"]:
+        outputs[-1]["text"] += msg["content"]["text"]  # Jupyter shows one merged stream
+        return
+    outputs.append(nbformat.v4.output_from_msg(msg))
+
+
+def run_cell(client, source: str, timeout: float = TIMEOUT_S) -> tuple[dict, list]:
+    """Execute ``source``; return the execute reply's content and the cell's outputs."""
+    msg_id = client.execute(source, store_history=True, allow_stdin=False)
+    outputs: list = []
+    clear_on_next = False
+    while True:
+        try:
+            msg = client.get_iopub_msg(timeout=timeout)
+        except Empty:
+            raise TimeoutError(f"no output for {timeout} s from cell:\n{source}") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "status" and content["execution_state"] == "idle":
+            break
+        if kind == "clear_output":
+            if content.get("wait"):
+                clear_on_next = True
+            else:
+                outputs.clear()
+            continue
+        if kind in ("stream", "display_data", "execute_result", "error"):
+            if clear_on_next:
+                outputs.clear()
+                clear_on_next = False
+            _add_output(outputs, msg)
+    reply = client.get_shell_msg(timeout=timeout)
+    return reply["content"], outputs
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
+    """Run every code cell of ``nb`` in a fresh python3 kernel started in ``cwd``, storing
+    outputs and execution counts. Raises ``CellError`` when a cell that is not tagged
+    ``raises-exception`` fails."""
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(cwd))
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            content, cell.outputs = run_cell(client, cell.source)
+            cell.execution_count = content.get("execution_count")
+            may_raise = RAISES_TAG in cell.get("metadata", {}).get("tags", [])
+            if content["status"] == "error" and not may_raise:
+                error = f"{content.get('ename')}: {content.get('evalue')}"
+                raise CellError(f"cell {index} raised {error}\n{cell.source}")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
     nb.metadata.pop("widgets", None)
     return nb
 
@@ -41,10 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GM_DEVICE"] = "cpu"
     os.environ.pop("GM_STRICT_CHECKS", None)
     for path in args.paths or notebook_paths():
-        nb = read(path)
-        # cells tagged raises-exception are expected to fail; nbval checks they still do
-        execute(nb, NOTEBOOKS)
-        write(nb, path)
+        write(execute(read(path), NOTEBOOKS), path)
         print(f"{path.name}: executed")
     return 0
 

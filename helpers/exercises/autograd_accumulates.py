@@ -18,6 +18,7 @@ from helpers.checks import (
     wrong,
 )
 from helpers.data import split_batches
+from helpers.grads import grad_state
 from helpers.training import train_steps
 
 
@@ -79,6 +80,11 @@ def _exercise_problem() -> tuple[nn.Linear, list]:
     return model, split_batches(inputs, targets, 4)
 
 
+def _overall_grad_state(model: nn.Module) -> str:
+    states = {grad_state(p) for p in model.parameters()}
+    return "nonzero" if "nonzero" in states else ("zeros" if "zeros" in states else "None")
+
+
 def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
     """Exercise 01.3: ``train_one_epoch(model, optimizer, batches)`` must take one SGD step
     per batch, each with the gradient of that batch's MSE loss alone."""
@@ -90,15 +96,21 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
     lr = 0.1
     model = copy.deepcopy(start)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    grads_at_steps = []  # what .grad held each time step() ran
+    handle = optimizer.register_step_pre_hook(
+        lambda *_: grads_at_steps.append(_overall_grad_state(model))
+    )
     try:
         train_one_epoch(model, optimizer, batches)
     except Exception as error:  # the learner's code: report, do not crash the check
         return wrong(f"your function raised {type(error).__name__}: {error}")
+    finally:
+        handle.remove()
     got = torch.cat([p.detach().flatten() for p in model.parameters()])
-    steps = len(batches)
 
     def reference(zero_grad: bool) -> torch.Tensor:
         trained = copy.deepcopy(start)
+        steps = len(batches)
         return train_steps(trained, batches, steps=steps, lr=lr, zero_grad=zero_grad).weights[-1]
 
     if torch.allclose(got, reference(True), rtol=1e-5, atol=1e-7):
@@ -109,13 +121,21 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
             "optimizer.zero_grad() once per batch, after the previous step() and before "
             "loss.backward()."
         )
-    initial = torch.cat([p.detach().flatten() for p in start.parameters()])
-    if torch.equal(got, initial):
+    if not grads_at_steps:
+        return wrong("optimizer.step() was never called: call it once per batch, after backward.")
+    empty = [i + 1 for i, state in enumerate(grads_at_steps) if state != "nonzero"]
+    if empty:
         return wrong(
-            "the weights did not move: step() saw no gradient. Is optimizer.step() called, "
-            "and does zero_grad() run between loss.backward() and step()? It must not."
+            f"step() ran with no gradient (`.grad` was {grads_at_steps[empty[0] - 1]}) at step "
+            f"{empty[0]}: loss.backward() must come before step(), and zero_grad() must not "
+            "run between them."
+        )
+    if len(grads_at_steps) != len(batches):
+        return wrong(
+            f"step() ran {len(grads_at_steps)} times for {len(batches)} batches: take exactly "
+            "one step per batch."
         )
     return wrong(
-        "the weights differ from one epoch of plain SGD (one zero_grad, backward and step "
-        "per batch, MSE loss): compare your loop with the one in the notebook."
+        "every step had a gradient, but not the gradient of its batch's loss: use "
+        "`F.mse_loss(model(inputs), targets)` as it is (mean, not scaled), one backward per batch."
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from helpers.checks import CheckResult, correct, is_unanswered, wrong
 from helpers.device import pick_device
 
@@ -10,16 +12,18 @@ def check_device_answer(answer: object) -> CheckResult:
     """Exercise 00.1: name the device (``"cpu"``, ``"cuda"`` or ``"mps"``) the check found."""
     if is_unanswered(answer):
         return wrong("Not answered yet: replace `...` with a string such as 'cpu'.")
+    if isinstance(answer, torch.device):
+        answer = answer.type
     if not isinstance(answer, str):
         raise TypeError(f"answer must be a string such as 'cpu', got {type(answer).__name__}")
     found = pick_device().type
     given = answer.strip().lower()
-    if given == found:
+    if given == found or (found == "cuda" and given.startswith("cuda:")):
         return correct(f"this notebook computes on {found!r}. You are ready for the course.")
-    if given in ("gpu", "nvidia", "cuda:0"):
+    if given in ("gpu", "nvidia"):
         return wrong(
-            f"PyTorch names NVIDIA GPUs 'cuda' (without ':0' here), and this machine's "
-            f"device is {found!r}: read the 'device' line of the report above."
+            f"PyTorch names NVIDIA GPUs 'cuda', and this machine's device is {found!r}: "
+            "read the 'device' line of the report above."
         )
     if given in ("cpu", "cuda", "mps"):
         return wrong(

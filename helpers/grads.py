@@ -1,0 +1,89 @@
+"""Looking at ``.grad``: what each parameter holds, and a log of every change to it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+
+def grad_state(tensor: torch.Tensor) -> str:
+    """``"None"``, ``"zeros"`` or ``"nonzero"``: what ``tensor.grad`` holds."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+    if tensor.grad is None:
+        return "None"
+    return "zeros" if not tensor.grad.any() else "nonzero"
+
+
+def grad_states(parts: Mapping[str, nn.Module | torch.Tensor]) -> dict[str, str]:
+    """What each named part holds: one state per tensor, or per module when all its
+    parameters agree (else ``"mixed"``)."""
+    if not isinstance(parts, Mapping) or not parts:
+        raise ValueError("parts must be a non-empty dict of {name: module or tensor}")
+    states = {}
+    for name, part in parts.items():
+        if isinstance(part, nn.Module):
+            found = {grad_state(p) for p in part.parameters()}
+            if not found:
+                raise ValueError(f"{name!r} has no parameters")
+            states[name] = found.pop() if len(found) == 1 else "mixed"
+        else:
+            states[name] = grad_state(part)
+    return states
+
+
+def describe_grad(param: torch.Tensor) -> str:
+    """``.grad`` as short text: the values of a small tensor, else its norm."""
+    grad = param.grad
+    if grad is None:
+        return "None"
+    if grad.numel() <= 4:
+        return "[" + ", ".join(f"{v:.4g}" for v in grad.detach().flatten().tolist()) + "]"
+    return f"tensor with norm {grad.detach().norm().item():.4g}"
+
+
+class GradLog:
+    """Records every change to one parameter's ``.grad`` inside a ``with`` block.
+
+    Each ``backward()`` that accumulates into the parameter is logged by a
+    ``register_post_accumulate_grad_hook``; with an ``optimizer``, its ``step()`` (through
+    ``register_step_post_hook``) and ``zero_grad()`` calls are logged too. Everything is
+    removed on exit. ``log.events`` is a list of lines."""
+
+    def __init__(self, param: torch.Tensor, optimizer: torch.optim.Optimizer | None = None):
+        if not isinstance(param, torch.Tensor) or not param.requires_grad or not param.is_leaf:
+            raise ValueError("param must be a leaf tensor that requires grad (a model parameter)")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+        self.param = param
+        self.optimizer = optimizer
+        self.events: list[str] = []
+        self._handles = []
+
+    def _log(self, event: str) -> None:
+        self.events.append(f"{event:<10} .grad = {describe_grad(self.param)}")
+
+    def __enter__(self) -> GradLog:
+        self._handles.append(
+            self.param.register_post_accumulate_grad_hook(lambda _: self._log("backward"))
+        )
+        if self.optimizer is not None:
+            optimizer = self.optimizer
+            self._handles.append(optimizer.register_step_post_hook(lambda *_: self._log("step")))
+            original = optimizer.zero_grad
+
+            def zero_grad(*args, **kwargs):
+                original(*args, **kwargs)
+                self._log("zero_grad")
+
+            optimizer.zero_grad = zero_grad
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.optimizer is not None:
+            del self.optimizer.zero_grad  # back to the class's method

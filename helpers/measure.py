@@ -1,0 +1,48 @@
+"""Measuring what code costs: bytes held by gradients, and times as medians of repeats."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+
+from helpers.data import _positive_int
+
+
+def grad_bytes(params: Iterable[torch.Tensor]) -> int:
+    """Bytes held by the ``.grad`` tensors of ``params`` (a grad that is None holds none)."""
+    total = 0
+    for index, param in enumerate(params):
+        if not isinstance(param, torch.Tensor):
+            raise TypeError(f"item {index} is a {type(param).__name__}, not a tensor")
+        if param.grad is not None:
+            total += param.grad.numel() * param.grad.element_size()
+    return total
+
+
+def median_seconds(
+    action: Callable[[], object],
+    *,
+    setup: Callable[[], object] | None = None,
+    repeats: int = 25,
+) -> float:
+    """Median wall time of ``action()`` over ``repeats`` runs; ``setup()`` runs untimed
+    before each one. The first run is a warm-up and is not counted."""
+    if not callable(action) or (setup is not None and not callable(setup)):
+        raise TypeError("action and setup must be functions taking no arguments")
+    _positive_int(repeats, "repeats")
+    times = []
+    for run in range(repeats + 1):
+        if setup is not None:
+            setup()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        action()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        if run > 0:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
