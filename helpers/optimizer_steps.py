@@ -135,3 +135,40 @@ def frozen_layer_drift(
             for p, s in zip(frozen.parameters(), start, strict=True)
         )
     return drift
+
+
+PLACEMENTS = ("before forward", "after forward", "after step", "between backward and step")
+
+
+def train_with_zero_grad_at(
+    model: nn.Module,
+    batches: list,
+    placement: str,
+    *,
+    set_to_none: bool,
+    steps: int,
+    lr: float = 0.1,
+    momentum: float = 0.9,
+) -> torch.Tensor:
+    """Train a copy of ``model`` with SGD (momentum 0.9), calling ``optimizer.zero_grad`` at
+    ``placement`` in every iteration; return its weights after ``steps`` steps (flattened)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
+    _positive_int(steps, "steps")
+    trained = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(trained.parameters(), lr=lr, momentum=momentum)
+
+    def zero_grad_if(here: str) -> None:
+        if placement == here:
+            optimizer.zero_grad(set_to_none=set_to_none)
+
+    for step in range(steps):
+        inputs, targets = batches[step % len(batches)]
+        zero_grad_if("before forward")
+        loss = nn.functional.mse_loss(trained(inputs), targets)
+        zero_grad_if("after forward")
+        loss.backward()
+        zero_grad_if("between backward and step")
+        optimizer.step()
+        zero_grad_if("after step")
+    return torch.cat([p.detach().flatten() for p in trained.parameters()])

@@ -11,6 +11,11 @@ from helpers.exercises.autograd_accumulates import (
     check_weight_without_zero_grad,
 )
 from helpers.exercises.setup_check import check_device_answer
+from helpers.exercises.zero_grad_internals import (
+    check_correct_placements,
+    check_grad_after_sequence,
+    check_moved_parameters,
+)
 
 
 def assert_hint(result: CheckResult, *fragments: str):
@@ -212,3 +217,62 @@ class TestDeviceAnswer:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         assert check_device_answer("cuda:0").passed
         assert_hint(check_device_answer("cpu"), "not the one found here")
+
+
+class TestGradAfterSequence:
+    def test_solution_passes(self):
+        assert check_grad_after_sequence(2 * (2.0 - 0.1 * 8)).passed
+
+    @pytest.mark.parametrize(
+        ("answer", "hint"),
+        [
+            (4, "step() moved w before the last backward"),
+            (10.4, "restarted from zeros"),
+            (None, "leaves a tensor of zeros"),
+            (0, "one more backward() added"),
+            (4.8, "counted twice"),
+            (3, "Follow w and .grad line by line"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, answer, hint):
+        assert_hint(check_grad_after_sequence(answer), hint)
+
+
+class TestMovedParameters:
+    def test_solution_passes_in_any_container(self):
+        assert check_moved_parameters({"a", "b"}).passed
+        assert check_moved_parameters(["b", "a"]).passed
+
+    @pytest.mark.parametrize(
+        ("answer", "hint"),
+        [
+            ({"a"}, "AdamW still applies weight decay"),
+            ({"a", "b", "c"}, "c's grad is None"),
+            ({"b"}, "a has a real gradient"),
+            ({"x"}, "named 'a', 'b' and 'c'"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, answer, hint):
+        assert_hint(check_moved_parameters(answer), hint)
+
+    def test_wrong_type(self):
+        with pytest.raises(TypeError, match="set of names"):
+            check_moved_parameters(3)
+
+
+class TestCorrectPlacements:
+    def test_solution_passes(self):
+        assert check_correct_placements({"A", "C", "D"}).passed
+        assert check_correct_placements("a, c, d").passed
+
+    @pytest.mark.parametrize(
+        ("answer", "hint"),
+        [
+            ({"A", "C"}, "the forward pass does not touch .grad"),
+            ({"A", "B", "C", "D"}, "B zeroes between backward() and step()"),
+            ({"A", "D"}, "C zeroes right after step()"),
+            ({"E"}, "named 'A', 'B', 'C' and 'D'"),
+        ],
+    )
+    def test_typical_mistakes_get_their_hint(self, answer, hint):
+        assert_hint(check_correct_placements(answer), hint)

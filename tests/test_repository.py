@@ -41,7 +41,11 @@ def test_binder_pins_the_tested_python_and_installs_the_helpers():
 def test_readme_lists_every_notebook_and_links_binder_to_notebook_00():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for path in notebook_paths():
-        assert f"[{title(read(path))}](notebooks/{path.name})" in readme
+        nb = read(path)
+        overview = next(c.source for c in nb.cells if "**Minutes:**" in c.source)
+        teaching, exercises = re.search(r"(\d+) teaching / (\d+) exercises", overview).groups()
+        row = f"[{title(nb)}](notebooks/{path.name}) | {teaching} / {exercises} |"
+        assert row in readme, f"README's notebook table lacks: {row}"
     owner_repo = repository_url().removeprefix("https://github.com/")
     binder = f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=lab/tree/notebooks/00_setup_check.ipynb"
     assert binder in readme
