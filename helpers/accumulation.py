@@ -1,0 +1,178 @@
+"""Gradient accumulation done exactly: after one window of micro-batches, ``.grad`` equals
+the gradient of the whole window's loss, as if the window had been one batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from helpers.data import Batch, _positive_int
+from helpers.training import trainable_parameters
+
+NORMALIZATIONS = ("samples", "tokens")
+REDUCTIONS = ("mean", "sum")
+
+
+def _loss_reduction(loss_fn, loss_reduction: str | None) -> str:
+    if loss_reduction is None:
+        loss_reduction = getattr(loss_fn, "reduction", None)
+        if loss_reduction is None:
+            raise TypeError(
+                "cannot tell how loss_fn reduces: pass loss_reduction='mean' or 'sum' "
+                "(or use a loss module such as nn.CrossEntropyLoss, which has .reduction)"
+            )
+    if loss_reduction not in REDUCTIONS:
+        raise ValueError(
+            f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r} "
+            "(reduction='none' gives one loss per element: reduce it first)"
+        )
+    return loss_reduction
+
+
+def count_items(targets: torch.Tensor, normalize: str, ignore_index: int = -100) -> int:
+    """What one micro-batch contributes to the window's denominator: its number of samples
+    (``normalize="samples"``) or of targets that are not ``ignore_index`` (``"tokens"``)."""
+    if not isinstance(targets, torch.Tensor):
+        raise TypeError(f"targets must be a tensor, got {type(targets).__name__}")
+    if normalize == "samples":
+        return len(targets)
+    if normalize == "tokens":
+        return int((targets != ignore_index).sum().item())
+    raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
+
+
+def _window(micro_batches) -> list[Batch]:
+    if isinstance(micro_batches, (str, bytes)) or not isinstance(micro_batches, Iterable):
+        raise TypeError("micro_batches must be a list of (inputs, targets) pairs")
+    window = list(micro_batches)
+    if not window:
+        raise ValueError("the window is empty: give at least one (inputs, targets) micro-batch")
+    for index, batch in enumerate(window):
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise TypeError(f"micro-batch {index} must be an (inputs, targets) pair")
+        inputs, targets = batch
+        if len(inputs) != len(targets):
+            raise ValueError(
+                f"micro-batch {index} has {len(inputs)} inputs but {len(targets)} targets: "
+                "they must have the same length"
+            )
+    return window
+
+
+def accumulate_gradients(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    micro_batches: Iterable[Batch],
+    normalize: str = "samples",
+    *,
+    loss_reduction: str | None = None,
+    ignore_index: int = -100,
+) -> float:
+    """Forward and backward over one accumulation window; return the window's loss.
+
+    Afterwards each parameter's ``.grad`` holds (added to what it held before: zero the
+    grads before the window) the gradient of the loss of the whole window as one batch:
+    the mean over all its samples (``normalize="samples"``) or over all its targets that
+    are not ``ignore_index`` (``normalize="tokens"``, the per-token mean of language
+    models). Micro-batches may differ in size, and a window may be shorter than usual.
+
+    ``loss_fn(outputs, targets)`` may reduce by ``"mean"`` (over the micro-batch's samples
+    or non-ignored tokens, as PyTorch's losses do) or by ``"sum"``; it is read from
+    ``loss_fn.reduction`` unless ``loss_reduction`` says it. Each micro-batch's loss is
+    rescaled by its share of the window's count, so no micro-batch is over- or under-weighted.
+    Returns the window's loss as a float (no graph is kept).
+    """
+    params = trainable_parameters(model)
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
+    reduction = _loss_reduction(loss_fn, loss_reduction)
+    window = _window(micro_batches)
+    counts = [count_items(targets, normalize, ignore_index) for _, targets in window]
+    total = sum(counts)
+    if total == 0:
+        raise ValueError("the window has no targets to learn from (every token is ignore_index)")
+    device = params[0].device
+    window_loss = 0.0
+    for (inputs, targets), count in zip(window, counts, strict=True):
+        if count == 0:
+            continue  # nothing to learn here, and a mean over zero tokens would be NaN
+        loss = loss_fn(model(inputs.to(device)), targets.to(device))
+        if loss.dim() != 0:
+            raise ValueError("loss_fn must return a scalar (reduction 'mean' or 'sum')")
+        scale = (count if reduction == "mean" else 1) / total
+        (loss * scale).backward()
+        window_loss += loss.item() * scale
+    return window_loss
+
+
+def windows(loader: Iterable[Batch], accumulation_steps: int) -> Iterable[list[Batch]]:
+    """Group consecutive micro-batches into windows of ``accumulation_steps``; the last
+    window keeps whatever is left (it is not dropped)."""
+    _positive_int(accumulation_steps, "accumulation_steps")
+    window: list[Batch] = []
+    for batch in loader:
+        window.append(batch)
+        if len(window) == accumulation_steps:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def train_with_accumulation(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    loader: Iterable[Batch],
+    optimizer: torch.optim.Optimizer,
+    accumulation_steps: int,
+    normalize: str = "samples",
+    *,
+    loss_reduction: str | None = None,
+    ignore_index: int = -100,
+) -> list[float]:
+    """One epoch: one optimizer step per window of ``accumulation_steps`` micro-batches,
+    including the short last window; returns each window's loss."""
+    trainable_parameters(model)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+    losses = []
+    for window in windows(loader, accumulation_steps):
+        optimizer.zero_grad()
+        losses.append(
+            accumulate_gradients(
+                model,
+                loss_fn,
+                window,
+                normalize,
+                loss_reduction=loss_reduction,
+                ignore_index=ignore_index,
+            )
+        )
+        optimizer.step()
+    if not losses:
+        raise ValueError("the loader yielded no micro-batches: nothing to train on")
+    return losses
+
+
+def full_batch_gradients(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+) -> list[torch.Tensor]:
+    """The reference: gradients of ``loss_fn`` over one batch, without touching ``.grad``."""
+    params = trainable_parameters(model)
+    device = params[0].device
+    loss = loss_fn(model(inputs.to(device)), targets.to(device))
+    return list(torch.autograd.grad(loss, params))
+
+
+def current_gradients(model: nn.Module) -> list[torch.Tensor]:
+    """Copies of the model's ``.grad`` tensors (zeros where a grad is None)."""
+    return [
+        p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+        for p in trainable_parameters(model)
+    ]
+
