@@ -175,4 +175,3 @@ def current_gradients(model: nn.Module) -> list[torch.Tensor]:
         p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
         for p in trainable_parameters(model)
     ]
-
