@@ -90,7 +90,15 @@ def format_second_steps(rows: list[SecondStep]) -> str:
     return "\n".join(lines)
 
 
-FREEZE_METHODS = ("zero its grads", "set its grads to None", "requires_grad_(False)")
+FREEZE_METHODS = (
+    "zero its grads",
+    "set its grads to None",
+    "requires_grad_(False), zero_grad(set_to_none=False)",
+    "requires_grad_(False), zero_grad()",
+)
+"""Ways to try to freeze a layer. ``requires_grad_(False)`` stops new gradients, but a
+``.grad`` already there stays: kept as zeros by ``zero_grad(set_to_none=False)``, the
+optimizer goes on stepping it."""
 
 
 def frozen_layer_drift(
@@ -115,13 +123,14 @@ def frozen_layer_drift(
         trained = copy.deepcopy(model)
         frozen = list(trained.modules())[layer_index]
         optimizer = make_optimizer(optimizer_name, list(trained.parameters()))
+        set_to_none = method != "requires_grad_(False), zero_grad(set_to_none=False)"
         for step in range(warmup_steps + frozen_steps):
             if step == warmup_steps:
                 start = [p.detach().clone() for p in frozen.parameters()]
-                if method == "requires_grad_(False)":
+                if method.startswith("requires_grad_(False)"):
                     frozen.requires_grad_(False)
             inputs, targets = batches[step % len(batches)]
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=set_to_none)
             nn.functional.mse_loss(trained(inputs), targets).backward()
             if step >= warmup_steps and method == "zero its grads":
                 for p in frozen.parameters():

@@ -42,18 +42,25 @@ def leaves_none_grads_alone() -> bool:
     return unused.grad is None and used.grad is not None
 
 
-def zeroing_keeps_the_tensor() -> dict[str, bool]:
-    """With ``set_to_none=False``: is the same grad tensor kept and filled with zeros, and is
-    a grad that had a ``grad_fn`` (from ``backward(create_graph=True)``) detached?"""
+def zeroing_keeps_the_tensor(via: str = "optimizer") -> dict[str, bool]:
+    """With ``set_to_none=False`` (through an optimizer or a module): is the same grad tensor
+    kept and filled with zeros, and is a grad that had a ``grad_fn`` detached?"""
+    if via not in ("optimizer", "module"):
+        raise ValueError(f"via must be 'optimizer' or 'module', got {via!r}")
     param = nn.Parameter(torch.tensor([2.0]))
     # what backward(create_graph=True) leaves in .grad: 3 p^2 with a grad_fn (made here with
     # autograd.grad, which avoids the reference cycle backward(create_graph=True) warns about)
     (grad,) = torch.autograd.grad((param**3).sum(), param, create_graph=True)
     param.grad = grad
-    had_grad_fn = grad.grad_fn is not None
-    torch.optim.SGD([param], lr=0.1).zero_grad(set_to_none=False)
+    if grad.grad_fn is None:
+        raise RuntimeError("expected a grad with a grad_fn to start from")
+    if via == "optimizer":
+        torch.optim.SGD([param], lr=0.1).zero_grad(set_to_none=False)
+    else:
+        module = nn.Module()
+        module.param = param
+        module.zero_grad(set_to_none=False)
     return {
-        "had a grad_fn before": had_grad_fn,
         "same tensor after": param.grad is grad,
         "all zeros after": not param.grad.any().item(),
         "grad_fn after": param.grad.grad_fn is not None,
@@ -61,11 +68,15 @@ def zeroing_keeps_the_tensor() -> dict[str, bool]:
     }
 
 
-def foreach_zero_calls(**optimizer_options) -> int:
+def foreach_zero_calls(**optimizer_options) -> int | None:
     """How many times ``torch._foreach_zero_`` ran during one ``zero_grad(set_to_none=False)``
-    of an SGD optimizer built with ``optimizer_options`` (e.g. ``foreach=True``)."""
+    of an SGD optimizer built with ``optimizer_options`` (e.g. ``foreach=True``); None when
+    this torch cannot build that optimizer here (fused SGD on the CPU needs torch 2.4+)."""
     params = [_param_with_grad(), _param_with_grad()]
-    optimizer = torch.optim.SGD(params, lr=0.1, **optimizer_options)
+    try:
+        optimizer = torch.optim.SGD(params, lr=0.1, **optimizer_options)
+    except (TypeError, RuntimeError):
+        return None
     calls = 0
     original = torch._foreach_zero_
 

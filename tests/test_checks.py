@@ -230,7 +230,9 @@ class TestGradAfterSequence:
             (10.4, "restarted from zeros"),
             (None, "leaves a tensor of zeros"),
             (0, "one more backward() added"),
-            (4.8, "counted twice"),
+            (3.2, "`.grad` is 8 before the step, not 4"),
+            (1.2, "That is w after the step"),
+            (12, "skips both the step"),
             (3, "Follow w and .grad line by line"),
         ],
     )
@@ -242,6 +244,8 @@ class TestMovedParameters:
     def test_solution_passes_in_any_container(self):
         assert check_moved_parameters({"a", "b"}).passed
         assert check_moved_parameters(["b", "a"]).passed
+        assert check_moved_parameters("a and b").passed
+        assert check_moved_parameters("ab").passed
 
     @pytest.mark.parametrize(
         ("answer", "hint"),
@@ -264,6 +268,7 @@ class TestCorrectPlacements:
     def test_solution_passes(self):
         assert check_correct_placements({"A", "C", "D"}).passed
         assert check_correct_placements("a, c, d").passed
+        assert check_correct_placements("A, C and D").passed
 
     @pytest.mark.parametrize(
         ("answer", "hint"),

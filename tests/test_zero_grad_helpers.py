@@ -136,7 +136,9 @@ class TestNoneVersusZeros:
     def test_zeroed_grads_do_not_freeze_a_layer_under_adamw(self, network, batches):
         drift = frozen_layer_drift(network, network[0], batches, frozen_steps=5)
         assert drift["zero its grads"] > 0.01
-        assert drift["set its grads to None"] == drift["requires_grad_(False)"] == 0.0
+        assert drift["requires_grad_(False), zero_grad(set_to_none=False)"] > 0.01
+        assert drift["set its grads to None"] == 0.0
+        assert drift["requires_grad_(False), zero_grad()"] == 0.0
         plain = frozen_layer_drift(network, network[0], batches, optimizer_name="SGD")
         assert set(plain.values()) == {0.0}
 
@@ -170,12 +172,18 @@ class TestZeroGradFacts:
         assert facts.default_set_to_none(torch.optim.Optimizer.zero_grad) is True
         assert facts.clears_every_param_group()
         assert facts.leaves_none_grads_alone()
-        observed = facts.zeroing_keeps_the_tensor()
-        assert observed["had a grad_fn before"] and observed["same tensor after"]
-        assert not observed["grad_fn after"] and not observed["requires_grad after"]
+        for via in ("optimizer", "module"):
+            observed = facts.zeroing_keeps_the_tensor(via)
+            assert observed["same tensor after"] and observed["all zeros after"]
+            assert not observed["grad_fn after"] and not observed["requires_grad after"]
+        with pytest.raises(ValueError, match="via must be"):
+            facts.zeroing_keeps_the_tensor("model")
         assert facts.foreach_zero_calls() == 0
         assert facts.foreach_zero_calls(foreach=True) == 1
         assert facts.foreach_zero_calls(foreach=False) == 0
+
+    def test_an_optimizer_this_torch_cannot_build_gives_none(self):
+        assert facts.foreach_zero_calls(no_such_option=True) is None
 
     def test_the_foreach_counter_restores_torch(self):
         original = torch._foreach_zero_

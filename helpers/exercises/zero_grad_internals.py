@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
@@ -51,10 +53,13 @@ def check_grad_after_sequence(answer: object) -> CheckResult:
             ".grad restarted from zeros.",
             8.0: "That is `.grad` just before step(); zero_grad() and one more backward() "
             "came after it.",
+            3.2: "`.grad` is 8 before the step, not 4: both backward calls add, so the step "
+            "moves w to 2 - 0.1 * 8 = 1.2.",
+            1.2: "That is w after the step, not its gradient: the last backward adds 2 * w.",
+            12.0: "That skips both the step (w changes) and zero_grad (.grad restarts from zeros).",
         },
         "Follow w and .grad line by line: .grad = 4, then 8; step moves w to 1.2; zero_grad "
         "fills zeros; the last backward adds 2 * w.",
-        twice_hint="was the last backward counted twice? Only one runs after zero_grad.",
     )
 
 
@@ -71,8 +76,13 @@ def moved_by_first_adamw_step() -> set[str]:
 
 
 def _names(answer: object, what: str) -> set[str]:
+    """A set of names from a set, list or tuple of strings, or from a string such as
+    "a, b", "a and b" or "ab"."""
     if isinstance(answer, str):
-        answer = [answer]
+        tokens = [t for t in re.split(r"[\s,;]+", answer) if t and t.lower() != "and"]
+        if len(tokens) == 1 and len(tokens[0]) > 1 and tokens[0].isalpha():
+            tokens = list(tokens[0])
+        answer = tokens
     if not isinstance(answer, (set, list, tuple, frozenset)) or not all(
         isinstance(item, str) for item in answer
     ):
@@ -116,8 +126,6 @@ def check_correct_placements(answer: object) -> CheckResult:
     """Exercise 02.3: the loops that train like the standard one are A, C and D."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    if isinstance(answer, str):  # "ACD" or "A, C, D"
-        answer = [letter for letter in answer if letter.isalpha()]
     given = {name.upper() for name in _names(answer, "answer")}
     if not given <= set(PLACEMENT_LOOPS):
         return wrong("the loops are named 'A', 'B', 'C' and 'D'.")
