@@ -1,0 +1,136 @@
+"""Peak memory of one training step (forward and backward), measured, per micro-batch size.
+
+On CUDA it reads PyTorch's allocator statistics (``torch.cuda.max_memory_allocated``). On a
+CPU there are none, so each size runs in a fresh Python process and the operating system's
+peak resident memory (``ru_maxrss``) is read; a process that builds the same model and data
+but takes no step is the baseline subtracted from it."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from helpers.data import _positive_int
+
+
+def make_mlp(widths: tuple[int, ...], seed: int = 0) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them (seeded)."""
+    if len(widths) < 2 or not all(isinstance(w, int) and w > 0 for w in widths):
+        raise ValueError("widths must be at least two positive whole numbers, e.g. (256, 64, 10)")
+    layers: list[nn.Module] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for index, (width_in, width_out) in enumerate(itertools.pairwise(widths)):
+            if index:
+                layers.append(nn.ReLU())
+            layers.append(nn.Linear(width_in, width_out))
+    return nn.Sequential(*layers)
+
+
+def _step(model: nn.Module, batch_size: int, device: torch.device) -> None:
+    generator = torch.Generator().manual_seed(batch_size)
+    inputs = torch.randn(batch_size, model[0].in_features, generator=generator).to(device)
+    targets = torch.randint(0, model[-1].out_features, (batch_size,), generator=generator)
+    nn.functional.cross_entropy(model(inputs), targets.to(device)).backward()
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """What one training step needed beyond the model and its data, and what of it is
+    gradient buffers (the same for every micro-batch size)."""
+
+    batch_size: int
+    step_bytes: int
+    grad_bytes: int
+
+    @property
+    def other_bytes(self) -> int:
+        """Activations saved for backward and temporaries: what grows with the batch."""
+        return self.step_bytes - self.grad_bytes
+
+
+def _probe(widths: tuple[int, ...], batch_sizes: list[int]) -> list[int]:
+    """Peak resident bytes of the baseline child, then of one child per batch size."""
+    spec = json.dumps({"widths": list(widths), "batches": batch_sizes})
+    command = [sys.executable, "-m", "helpers.memory", "--probe", spec]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"memory probe failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_step_memory(
+    widths: tuple[int, ...], batch_sizes: list[int], device: torch.device | None = None
+) -> list[StepMemory]:
+    """Peak memory of one forward and backward of ``make_mlp(widths)`` for each batch size."""
+    if not batch_sizes:
+        raise ValueError("batch_sizes is empty: give at least one micro-batch size")
+    for size in batch_sizes:
+        _positive_int(size, "each batch size")
+    device = torch.device("cpu") if device is None else torch.device(device)
+    grad_bytes = sum(p.numel() * p.element_size() for p in make_mlp(widths).parameters())
+    if device.type == "cuda":
+        results = []
+        for size in batch_sizes:
+            model = make_mlp(widths).to(device)
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            _step(model, size, device)
+            torch.cuda.synchronize(device)
+            peak = torch.cuda.max_memory_allocated(device) - before
+            results.append(StepMemory(size, peak, grad_bytes))
+            del model
+        return results
+    if device.type != "cpu":
+        raise ValueError(f"memory can be measured on 'cpu' or 'cuda', not {device.type!r}")
+    if not hasattr(os, "fork"):
+        raise ValueError("measuring CPU memory needs os.fork (Linux or macOS)")
+    baseline, *peaks = _probe(widths, list(batch_sizes))
+    return [
+        StepMemory(size, peak - baseline, grad_bytes)
+        for size, peak in zip(batch_sizes, peaks, strict=True)
+    ]
+
+
+def _child_peak(widths: tuple[int, ...], batch_size: int | None) -> int:
+    """Fork; the child builds the model, steps unless ``batch_size`` is None, and sends back
+    its peak resident bytes."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            model = make_mlp(widths)
+            if batch_size is not None:
+                _step(model, batch_size, torch.device("cpu"))
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            os.write(write_end, str(peak if sys.platform == "darwin" else peak * 1024).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    return int(text)
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description="the CPU probe of measure_step_memory")
+    parser.add_argument("--probe", required=True, help="JSON: widths, batches")
+    spec = json.loads(parser.parse_args().probe)
+    torch.set_num_threads(1)
+    widths = tuple(spec["widths"])
+    print(json.dumps([_child_peak(widths, size) for size in [None, *spec["batches"]]]))
+
+
+if __name__ == "__main__":
+    _main()

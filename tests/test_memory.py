@@ -1,0 +1,37 @@
+import pytest
+import torch
+
+from helpers.memory import StepMemory, make_mlp, measure_step_memory
+
+
+def test_make_mlp_is_seeded_and_shaped():
+    a, b = make_mlp((6, 4, 3)), make_mlp((6, 4, 3))
+    assert [type(m).__name__ for m in a] == ["Linear", "ReLU", "Linear"]
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    with pytest.raises(ValueError, match="at least two positive whole numbers"):
+        make_mlp((6,))
+    with pytest.raises(ValueError, match="at least two positive whole numbers"):
+        make_mlp((6, 0, 2))
+
+
+def test_cpu_peak_grows_with_the_batch_while_gradients_stay_the_same():
+    widths = (256, 1024, 1024, 10)
+    small, large = measure_step_memory(widths, [16, 512])
+    params = sum(p.numel() * 4 for p in make_mlp(widths).parameters())
+    assert small.grad_bytes == large.grad_bytes == params
+    # one forward and backward needs at least the gradient buffers, and more for more samples
+    assert small.step_bytes >= 0.9 * params
+    assert large.step_bytes - small.step_bytes > 496 * 1024 * 4  # at least one 1024-wide layer
+
+
+def test_other_bytes_is_what_is_not_gradient():
+    assert StepMemory(8, 100, 60).other_bytes == 40
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="batch_sizes is empty"):
+        measure_step_memory((4, 2), [])
+    with pytest.raises(ValueError, match="at least 1"):
+        measure_step_memory((4, 2), [0])
+    with pytest.raises(ValueError, match="'cpu' or 'cuda', not 'meta'"):
+        measure_step_memory((4, 2), [2], device="meta")
