@@ -175,3 +175,14 @@ def current_gradients(model: nn.Module) -> list[torch.Tensor]:
         p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
         for p in trainable_parameters(model)
     ]
+
+
+def relative_error(got: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """``||got - reference|| / ||reference||`` over all tensors together."""
+    if len(got) != len(reference) or not got:
+        raise ValueError("got and reference must be equally long, non-empty lists of tensors")
+    for a, b in zip(got, reference, strict=True):
+        if a.shape != b.shape:
+            raise ValueError(f"shapes differ: {tuple(a.shape)} and {tuple(b.shape)}")
+    diff = torch.cat([(a - b).flatten() for a, b in zip(got, reference, strict=True)])
+    return (diff.norm() / torch.cat([b.flatten() for b in reference]).norm()).item()

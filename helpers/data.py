@@ -54,3 +54,20 @@ def split_batches(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) 
         (inputs[start : start + batch_size], targets[start : start + batch_size])
         for start in range(0, len(inputs), batch_size)
     ]
+
+
+def make_padded_tokens(
+    n_sequences: int, max_length: int, vocab: int = 11, seed: int = 0, pad: int = -100
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Random token sequences of random lengths (1 to ``max_length``), padded: returns
+    ``tokens`` and ``targets`` of shape (n_sequences, max_length), where targets past each
+    sequence's end are ``pad`` (ignored by ``nn.CrossEntropyLoss``), and the lengths."""
+    _positive_int(n_sequences, "n_sequences")
+    _positive_int(max_length, "max_length")
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_length + 1, (n_sequences,), generator=generator).tolist()
+    tokens = torch.randint(0, vocab, (n_sequences, max_length), generator=generator)
+    targets = torch.randint(0, vocab, (n_sequences, max_length), generator=generator)
+    for row, length in enumerate(lengths):
+        targets[row, length:] = pad
+    return tokens, targets, lengths

@@ -87,3 +87,34 @@ class GradLog:
         self._handles.clear()
         if self.optimizer is not None:
             del self.optimizer.zero_grad  # back to the class's method
+
+
+class StepGradients:
+    """Inside a ``with`` block, records the gradient every ``optimizer.step()`` used (all
+    parameters flattened into one tensor, zeros where a grad is None), through
+    ``register_step_pre_hook``. ``.at_steps`` is the list of those tensors."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+        self.optimizer = optimizer
+        self.at_steps: list[torch.Tensor] = []
+        self._handle = None
+
+    def _record(self, *_) -> None:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.at_steps.append(
+            torch.cat(
+                [
+                    (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
+                    for p in params
+                ]
+            ).cpu()
+        )
+
+    def __enter__(self) -> StepGradients:
+        self._handle = self.optimizer.register_step_pre_hook(self._record)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()

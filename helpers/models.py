@@ -1,0 +1,46 @@
+"""Small models the notebooks train: a per-token language-model head and networks that
+differ only in their normalization layer."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+NORMS = ("BatchNorm", "GroupNorm", "LayerNorm", "none")
+
+
+class TokenModel(nn.Module):
+    """Predicts a token at every position: (batch, time) token ids -> (batch, vocab, time)
+    logits, the layout ``nn.CrossEntropyLoss`` expects."""
+
+    def __init__(self, vocab: int = 11, width: int = 8, seed: int = 0):
+        super().__init__()
+        if vocab < 2 or width < 1:
+            raise ValueError("vocab must be at least 2 and width at least 1")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.embed = nn.Embedding(vocab, width)
+            self.mix = nn.Linear(width, width)
+            self.out = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (batch, time), got {tuple(tokens.shape)}")
+        return self.out(torch.tanh(self.mix(self.embed(tokens)))).transpose(1, 2)
+
+
+def make_norm_model(norm: str, features: int = 8, width: int = 16, seed: int = 0) -> nn.Sequential:
+    """Linear -> ``norm`` -> ReLU -> Linear, seeded; ``norm`` is one of ``NORMS``."""
+    layers = {
+        "BatchNorm": lambda: nn.BatchNorm1d(width),
+        "GroupNorm": lambda: nn.GroupNorm(4, width),
+        "LayerNorm": lambda: nn.LayerNorm(width),
+        "none": nn.Identity,
+    }
+    if norm not in layers:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(
+            nn.Linear(features, width), layers[norm](), nn.ReLU(), nn.Linear(width, 1)
+        )
