@@ -62,3 +62,21 @@ def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> Figure:
     ax.legend()
     ax.grid(alpha=0.3)
     return fig
+
+
+def plot_step_memory(points) -> Figure:
+    """Stacked bars per micro-batch size: gradient buffers and everything else a step needed."""
+    if not points:
+        raise ValueError("points must be a non-empty list of StepMemory")
+    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+    ax = fig.subplots()
+    labels = [str(point.batch_size) for point in points]
+    grads = [point.grad_bytes / 2**20 for point in points]
+    other = [max(point.other_bytes, 0) / 2**20 for point in points]
+    ax.bar(labels, grads, label="gradient buffers")
+    ax.bar(labels, other, bottom=grads, label="activations and temporaries")
+    ax.set_xlabel("micro-batch size")
+    ax.set_ylabel("peak memory of one step (MiB)")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    return fig
