@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from helpers.data import Batch, _positive_int
+from helpers.data import Batch, _positive_int, check_batches
 from helpers.training import trainable_parameters
 
 NORMALIZATIONS = ("samples", "tokens")
@@ -43,24 +43,6 @@ def count_items(targets: torch.Tensor, normalize: str, ignore_index: int = -100)
     raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
 
 
-def _window(micro_batches) -> list[Batch]:
-    if isinstance(micro_batches, (str, bytes)) or not isinstance(micro_batches, Iterable):
-        raise TypeError("micro_batches must be a list of (inputs, targets) pairs")
-    window = list(micro_batches)
-    if not window:
-        raise ValueError("the window is empty: give at least one (inputs, targets) micro-batch")
-    for index, batch in enumerate(window):
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise TypeError(f"micro-batch {index} must be an (inputs, targets) pair")
-        inputs, targets = batch
-        if len(inputs) != len(targets):
-            raise ValueError(
-                f"micro-batch {index} has {len(inputs)} inputs but {len(targets)} targets: "
-                "they must have the same length"
-            )
-    return window
-
-
 def accumulate_gradients(
     model: nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -88,7 +70,12 @@ def accumulate_gradients(
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
     reduction = _loss_reduction(loss_fn, loss_reduction)
-    window = _window(micro_batches)
+    window = check_batches(
+        micro_batches,
+        argument="micro_batches",
+        item="micro-batch",
+        empty="the window is empty: give at least one (inputs, targets) micro-batch",
+    )
     counts = [count_items(targets, normalize, ignore_index) for _, targets in window]
     total = sum(counts)
     if total == 0:

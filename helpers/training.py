@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from helpers.data import Batch, _positive_int
+from helpers.data import Batch, _positive_int, check_batches
 
 
 @dataclass
@@ -39,22 +39,6 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return params
 
 
-def _check_batches(batches: Sequence[Batch]) -> None:
-    if not isinstance(batches, Sequence) or isinstance(batches, (str, bytes)):
-        raise TypeError("batches must be a list of (inputs, targets) pairs")
-    if len(batches) == 0:
-        raise ValueError("batches is empty: give at least one (inputs, targets) pair")
-    for index, batch in enumerate(batches):
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise TypeError(f"batch {index} must be an (inputs, targets) pair")
-        inputs, targets = batch
-        if len(inputs) != len(targets):
-            raise ValueError(
-                f"batch {index} has {len(inputs)} inputs but {len(targets)} targets: "
-                "they must have the same length"
-            )
-
-
 def train_steps(
     model: nn.Module,
     batches: Sequence[Batch],
@@ -73,7 +57,12 @@ def train_steps(
     loss, the norm of all gradients the step used, and a copy of the weights after the step.
     """
     params = trainable_parameters(model)
-    _check_batches(batches)
+    batches = check_batches(
+        batches,
+        argument="batches",
+        item="batch",
+        empty="batches is empty: give at least one (inputs, targets) pair",
+    )
     _positive_int(steps, "steps")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
