@@ -3,6 +3,7 @@ the gradient of the whole window's loss, as if the window had been one batch."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 
 import torch
@@ -173,3 +174,46 @@ def relative_error(got: list[torch.Tensor], reference: list[torch.Tensor]) -> fl
             raise ValueError(f"shapes differ: {tuple(a.shape)} and {tuple(b.shape)}")
     diff = torch.cat([(a - b).flatten() for a, b in zip(got, reference, strict=True)])
     return (diff.norm() / torch.cat([b.flatten() for b in reference]).norm()).item()
+
+
+SCALINGS = ("exact", "divide by k")
+"""How the explorer scales micro-batch losses: ``accumulate_gradients``, or the article's
+``loss / accumulation_steps`` for every micro-batch."""
+
+
+def tail_window_error(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    micro_batch_size: int,
+    accumulation_steps: int,
+    scaling: str = "exact",
+) -> dict[str, float]:
+    """Split a data set into micro-batches and windows as a loader would, accumulate the last
+    (possibly short) window with ``scaling``, and compare with that window as one batch
+    (mean cross-entropy). Returns the sizes involved and the relative gradient error."""
+    _positive_int(micro_batch_size, "micro_batch_size")
+    _positive_int(accumulation_steps, "accumulation_steps")
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+    micro = list(zip(inputs.split(micro_batch_size), labels.split(micro_batch_size), strict=True))
+    all_windows = list(windows(micro, accumulation_steps))
+    tail = all_windows[-1]
+    loss_fn = nn.CrossEntropyLoss()
+    reference = full_batch_gradients(
+        model, loss_fn, torch.cat([x for x, _ in tail]), torch.cat([y for _, y in tail])
+    )
+    model = copy.deepcopy(model)
+    model.zero_grad()
+    if scaling == "exact":
+        accumulate_gradients(model, loss_fn, tail)
+    else:
+        for x, y in tail:
+            (loss_fn(model(x), y) / accumulation_steps).backward()
+    return {
+        "effective batch": micro_batch_size * accumulation_steps,
+        "windows": len(all_windows),
+        "micro-batches in the last window": len(tail),
+        "samples in the last window": sum(len(y) for _, y in tail),
+        "gradient error": relative_error(current_gradients(model), reference),
+    }

@@ -80,3 +80,18 @@ def plot_step_memory(points) -> Figure:
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
     return fig
+
+
+def plot_tail_errors(errors: Mapping[str, Mapping[int, float]]) -> Figure:
+    """Gradient error of the last window against k, one line per loss scaling."""
+    if not errors:
+        raise ValueError("errors must be a non-empty dict of {scaling: {k: error}}")
+    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+    ax = fig.subplots()
+    for label, by_k in errors.items():
+        ax.plot(list(by_k), list(by_k.values()), marker="o", label=label)
+    ax.set_xlabel("accumulation steps k")
+    ax.set_ylabel("last window's gradient error")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig

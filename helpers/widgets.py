@@ -10,6 +10,7 @@ import torch
 from IPython.display import display
 from torch import nn
 
+from helpers.accumulation import SCALINGS, tail_window_error
 from helpers.data import Batch
 from helpers.plots import plot_loss_curves
 from helpers.training import compare_zero_grad, trainable_parameters
@@ -62,4 +63,36 @@ def square_gradient_slider() -> widgets.interactive:
 
     return widgets.interactive(
         update, w=widgets.FloatSlider(value=1.0, min=-3.0, max=3.0, step=0.5, description="w")
+    )
+
+
+def accumulation_explorer(model: nn.Module, inputs, labels, memory_points) -> widgets.interactive:
+    """Micro-batch size, accumulation steps and loss scaling; shows the effective batch, the
+    last window's gradient error against one big batch (``tail_window_error``) and the
+    measured step memory at that micro-batch size (``memory_points``, a list of StepMemory).
+
+    The returned widget's ``.result`` is the last report."""
+    trainable_parameters(model)
+    memory = {point.batch_size: point.step_bytes for point in memory_points}
+    if not memory:
+        raise ValueError("memory_points is empty: measure some micro-batch sizes first")
+
+    def update(micro_batch_size: int, accumulation_steps: int, scaling: str) -> dict:
+        report = tail_window_error(
+            model, inputs, labels, micro_batch_size, accumulation_steps, scaling
+        )
+        report["step memory (MiB)"] = memory[micro_batch_size] / 2**20
+        for key, value in report.items():
+            print(f"{key:<33} {value:.3g}" if isinstance(value, float) else f"{key:<33} {value}")
+        return report
+
+    return widgets.interactive(
+        update,
+        micro_batch_size=widgets.SelectionSlider(
+            options=sorted(memory), description="micro-batch", continuous_update=False
+        ),
+        accumulation_steps=widgets.IntSlider(
+            value=4, min=1, max=8, description="k", continuous_update=False
+        ),
+        scaling=widgets.ToggleButtons(options=list(SCALINGS), description="scaling"),
     )

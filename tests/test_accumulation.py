@@ -11,6 +11,7 @@ from helpers.accumulation import (
     count_items,
     current_gradients,
     full_batch_gradients,
+    tail_window_error,
     train_with_accumulation,
     windows,
 )
@@ -200,3 +201,35 @@ class TestBadInput:
             train_with_accumulation(model, nn.MSELoss(), [], optimizer, 4)
         with pytest.raises(ValueError, match="accumulation_steps must be at least 1"):
             train_with_accumulation(model, nn.MSELoss(), [], optimizer, 0)
+
+
+class TestTailWindowError:
+    @pytest.fixture
+    def data(self):
+        generator = torch.Generator().manual_seed(0)
+        return (
+            regression_free_classifier(),
+            torch.randn(100, 6, generator=generator),
+            torch.randint(0, 3, (100,), generator=generator),
+        )
+
+    def test_exact_scaling_is_exact_and_dividing_by_k_is_not_with_a_short_tail(self, data):
+        model, inputs, labels = data
+        exact = tail_window_error(model, inputs, labels, 16, 4, "exact")
+        article = tail_window_error(model, inputs, labels, 16, 4, "divide by k")
+        # 100 samples in micro-batches of 16: 7 micro-batches (the last of 4), windows 4 + 3
+        assert exact["windows"] == 2 and exact["micro-batches in the last window"] == 3
+        assert exact["samples in the last window"] == 36 and exact["effective batch"] == 64
+        assert exact["gradient error"] < 1e-5 < 0.1 < article["gradient error"]
+
+    def test_bad_input(self, data):
+        model, inputs, labels = data
+        with pytest.raises(ValueError, match="scaling must be one of"):
+            tail_window_error(model, inputs, labels, 16, 4, "mean")
+        with pytest.raises(ValueError, match="accumulation_steps must be at least 1"):
+            tail_window_error(model, inputs, labels, 16, 0)
+
+
+def regression_free_classifier():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))

@@ -63,3 +63,37 @@ def test_plots_reject_bad_input():
     with pytest.raises(ValueError, match="same number of elements"):
         plot_function_and_gradient(torch.zeros(3), torch.zeros(3), torch.zeros(4))
     assert History().steps == 0
+
+
+def test_accumulation_explorer_reports_and_recomputes():
+    import torch
+    from torch import nn
+
+    from helpers.memory import StepMemory
+    from helpers.widgets import accumulation_explorer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    inputs, labels = torch.randn(100, 6), torch.randint(0, 3, (100,))
+    points = [StepMemory(16, 3 * 2**20, 2**20), StepMemory(32, 5 * 2**20, 2**20)]
+    explorer = accumulation_explorer(model, inputs, labels, points)
+    size, steps, scaling = explorer.children[:3]
+    assert explorer.result["effective batch"] == 64 and explorer.result["gradient error"] < 1e-5
+    assert explorer.result["step memory (MiB)"] == 3.0
+    scaling.value = "divide by k"
+    assert explorer.result["gradient error"] > 0.1
+    steps.value = 1  # one micro-batch per window: dividing by k = 1 is exact
+    assert explorer.result["gradient error"] < 1e-5
+    size.value = 32
+    assert explorer.result["step memory (MiB)"] == 5.0 and explorer.result["effective batch"] == 32
+    with pytest.raises(ValueError, match="memory_points is empty"):
+        accumulation_explorer(model, inputs, labels, [])
+
+
+def test_tail_error_figure():
+    from helpers.plots import plot_tail_errors
+
+    fig = plot_tail_errors({"exact": {1: 0.0, 2: 0.0}, "divide by k": {1: 0.0, 2: 0.5}})
+    assert [line.get_label() for line in fig.axes[0].lines] == ["exact", "divide by k"]
+    with pytest.raises(ValueError):
+        plot_tail_errors({})
