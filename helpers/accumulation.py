@@ -51,7 +51,7 @@ def accumulate_gradients(
     normalize: str = "samples",
     *,
     loss_reduction: str | None = None,
-    ignore_index: int = -100,
+    ignore_index: int | None = None,
 ) -> float:
     """Forward and backward over one accumulation window; return the window's loss.
 
@@ -62,21 +62,44 @@ def accumulate_gradients(
     models). Micro-batches may differ in size, and a window may be shorter than usual.
 
     ``loss_fn(outputs, targets)`` may reduce by ``"mean"`` (over the micro-batch's samples
-    or non-ignored tokens, as PyTorch's losses do) or by ``"sum"``; it is read from
-    ``loss_fn.reduction`` unless ``loss_reduction`` says it. Each micro-batch's loss is
+    or non-ignored tokens, as PyTorch's unweighted losses do) or by ``"sum"``; it is read
+    from ``loss_fn.reduction`` unless ``loss_reduction`` says it. Each micro-batch's loss is
     rescaled by its share of the window's count, so no micro-batch is over- or under-weighted.
+    With ``"sum"`` the result is the window's sum divided by its count: for targets with
+    several elements per sample (MSE over 3 outputs) that is the mean per *sample*, which is
+    the mean-reduced result times the elements per sample. ``ignore_index`` defaults to the
+    loss's own (``nn.CrossEntropyLoss.ignore_index``), else -100. Losses with class weights
+    are refused: their mean divides by the targets' total weight, not by a count.
     Returns the window's loss as a float (no graph is kept).
     """
     params = trainable_parameters(model)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
     reduction = _loss_reduction(loss_fn, loss_reduction)
+    if getattr(loss_fn, "weight", None) is not None:
+        raise ValueError(
+            "loss_fn has class weights: its mean divides by the targets' total weight, which "
+            "accumulate_gradients does not count; use a loss without weight="
+        )
+    own_index = getattr(loss_fn, "ignore_index", None)
+    if ignore_index is None:
+        ignore_index = -100 if own_index is None else own_index
+    elif own_index is not None and own_index != ignore_index:
+        raise ValueError(
+            f"ignore_index={ignore_index} but loss_fn ignores {own_index}: they must agree"
+        )
     window = check_batches(
         micro_batches,
         argument="micro_batches",
         item="micro-batch",
         empty="the window is empty: give at least one (inputs, targets) micro-batch",
     )
+    if normalize == "samples" and own_index is not None:
+        if any(bool((targets == ignore_index).any()) for _, targets in window):
+            raise ValueError(
+                f"the targets contain ignore_index ({ignore_index}), so each micro-batch's mean "
+                "is over its tokens, not its samples: use normalize='tokens'"
+            )
     counts = [count_items(targets, normalize, ignore_index) for _, targets in window]
     total = sum(counts)
     if total == 0:
@@ -118,7 +141,7 @@ def train_with_accumulation(
     normalize: str = "samples",
     *,
     loss_reduction: str | None = None,
-    ignore_index: int = -100,
+    ignore_index: int | None = None,
 ) -> list[float]:
     """One epoch: one optimizer step per window of ``accumulation_steps`` micro-batches,
     including the short last window; returns each window's loss."""

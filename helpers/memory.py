@@ -1,9 +1,12 @@
 """Peak memory of one training step (forward and backward), measured, per micro-batch size.
 
-On CUDA it reads PyTorch's allocator statistics (``torch.cuda.max_memory_allocated``). On a
-CPU there are none, so each size runs in a fresh Python process and the operating system's
-peak resident memory (``ru_maxrss``) is read; a process that builds the same model and data
-but takes no step is the baseline subtracted from it."""
+On CUDA it reads PyTorch's allocator statistics (``torch.cuda.max_memory_allocated``) after
+one warm-up step. On a CPU there are none, so the operating system's peak resident memory
+(``ru_maxrss``) is read instead: one fresh Python process imports torch, then forks a child
+per size that builds the model, makes the micro-batch, steps and reports its peak, and one
+baseline child that only builds the model. The baseline is subtracted from each peak. (One
+process stepping size after size would not do: memory freed by one step is not cleanly
+reused by the next, so its later peaks overstate.)"""
 
 from __future__ import annotations
 
@@ -45,8 +48,9 @@ def _step(model: nn.Module, batch_size: int, device: torch.device) -> None:
 
 @dataclass(frozen=True)
 class StepMemory:
-    """What one training step needed beyond the model and its data, and what of it is
-    gradient buffers (the same for every micro-batch size)."""
+    """What one training step (its inputs included) needed beyond the model, and how much
+    of it the gradient buffers take: on a CPU that share is computed from the parameter
+    count (one gradient element per parameter), not measured."""
 
     batch_size: int
     step_bytes: int
@@ -79,6 +83,8 @@ def measure_step_memory(
     device = torch.device("cpu") if device is None else torch.device(device)
     grad_bytes = sum(p.numel() * p.element_size() for p in make_mlp(widths).parameters())
     if device.type == "cuda":
+        _step(make_mlp(widths).to(device), batch_sizes[0], device)  # warm-up: cuBLAS workspaces
+        torch.cuda.empty_cache()
         results = []
         for size in batch_sizes:
             model = make_mlp(widths).to(device)

@@ -233,3 +233,30 @@ class TestTailWindowError:
 def regression_free_classifier():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+class TestLossesItRefusesOrAdapts:
+    def test_reads_the_losss_own_ignore_index(self):
+        tokens = torch.randint(0, VOCAB, (6, 5), generator=torch.Generator().manual_seed(1))
+        targets = torch.randint(0, VOCAB, (6, 5), generator=torch.Generator().manual_seed(2))
+        targets[:3, 2:] = 0  # padding marked with 0 this time
+        loss_fn = nn.CrossEntropyLoss(ignore_index=0)
+        model = TokenModel()
+        reference = full_batch_gradients(model, loss_fn, tokens, targets)
+        window = list(zip(split(tokens, [1, 2, 3]), split(targets, [1, 2, 3]), strict=True))
+        accumulate_gradients(model, loss_fn, window, "tokens")
+        assert_exact(model, reference)
+        with pytest.raises(ValueError, match="must agree"):
+            accumulate_gradients(model, loss_fn, window, "tokens", ignore_index=-100)
+
+    def test_class_weights_are_refused(self):
+        loss_fn = nn.CrossEntropyLoss(weight=torch.ones(VOCAB))
+        window = [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]
+        with pytest.raises(ValueError, match="class weights"):
+            accumulate_gradients(TokenModel(), loss_fn, window, "tokens")
+
+    def test_padded_targets_need_token_normalization(self):
+        targets = torch.tensor([[1, -100], [2, 3]])
+        window = [(torch.zeros(2, 2, dtype=torch.long), targets)]
+        with pytest.raises(ValueError, match="use normalize='tokens'"):
+            accumulate_gradients(TokenModel(), nn.CrossEntropyLoss(), window, "samples")

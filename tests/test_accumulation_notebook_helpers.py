@@ -127,3 +127,17 @@ def test_exact_norms():
         assert not result.passed and hint in result.message
     with pytest.raises(TypeError):
         check_exact_norms(3)
+
+
+def test_accumulation_loop_that_zeroes_before_step_is_named():
+    def train_epoch(model, optimizer, loss_fn, micro_batches, k):
+        for start in range(0, len(micro_batches), k):
+            window = micro_batches[start : start + k]
+            tokens = sum(int((y != -100).sum()) for _, y in window)
+            for inputs, targets in window:
+                (loss_fn(model(inputs), targets) / tokens).backward()
+            optimizer.zero_grad(set_to_none=False)
+            optimizer.step()
+
+    result = check_accumulation_loop(train_epoch)
+    assert not result.passed and "zero_grad() run between backward() and step()" in result.message

@@ -59,6 +59,11 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
     for index, (g, r) in enumerate(zip(got, references, strict=True)):
         if torch.allclose(g, r, rtol=1e-4, atol=1e-6):
             continue
+        if not g.any():
+            return (
+                f"step() {index + 1} saw no gradient: did zero_grad() run between backward() "
+                "and step()?"
+            )
         if index > 0 and torch.allclose(g - got[index - 1], r, rtol=1e-3, atol=1e-5):
             return (
                 f"window {index + 1} still held window {index}'s gradient: zero the grads "
@@ -69,8 +74,8 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
         if aligned and index == expected - 1 and abs(ratio - (MICRO_BATCHES % K) / K) < 1e-3:
             return (
                 f"your last window is divided by k={K} but holds only {MICRO_BATCHES % K} "
-                "micro-batches: its gradient is half what it should be. Divide by what the "
-                "window really holds."
+                f"micro-batches: its gradient is {ratio:.2g} of what it should be. Divide by "
+                "what the window really holds."
             )
         if aligned:
             return (
