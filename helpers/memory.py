@@ -39,11 +39,68 @@ def make_mlp(widths: tuple[int, ...], seed: int = 0) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _step(model: nn.Module, batch_size: int, device: torch.device) -> None:
+class TwoHeads(nn.Module):
+    """A shared trunk (``make_mlp(widths)``) and two classification heads on it."""
+
+    def __init__(self, widths: tuple[int, ...], seed: int = 0):
+        super().__init__()
+        self.trunk = make_mlp(widths[:-1], seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            self.head_a = nn.Linear(widths[-2], widths[-1])
+            self.head_b = nn.Linear(widths[-2], widths[-1])
+
+    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = torch.relu(self.trunk(inputs))
+        return self.head_a(features), self.head_b(features)
+
+
+def _batch(in_features: int, classes: int, batch_size: int, device: torch.device):
     generator = torch.Generator().manual_seed(batch_size)
-    inputs = torch.randn(batch_size, model[0].in_features, generator=generator).to(device)
-    targets = torch.randint(0, model[-1].out_features, (batch_size,), generator=generator)
-    nn.functional.cross_entropy(model(inputs), targets.to(device)).backward()
+    inputs = torch.randn(batch_size, in_features, generator=generator).to(device)
+    targets = torch.randint(0, classes, (2, batch_size), generator=generator).to(device)
+    return inputs, targets
+
+
+def _one_loss(model: nn.Module, batch_size: int, device: torch.device) -> None:
+    inputs, targets = _batch(model[0].in_features, model[-1].out_features, batch_size, device)
+    nn.functional.cross_entropy(model(inputs), targets[0]).backward()
+
+
+def _two_losses(model: TwoHeads, batch_size: int, device: torch.device, summed: bool) -> None:
+    inputs, targets = _batch(
+        model.trunk[0].in_features, model.head_a.out_features, batch_size, device
+    )
+    out_a, out_b = model(inputs)
+    loss_a = nn.functional.cross_entropy(out_a, targets[0])
+    loss_b = nn.functional.cross_entropy(out_b, targets[1])
+    if summed:
+        (loss_a + loss_b).backward()
+    else:
+        loss_a.backward(retain_graph=True)
+        loss_b.backward()
+
+
+WORKLOADS = {
+    "one loss": (make_mlp, _one_loss),
+    "two losses, retain_graph": (
+        TwoHeads,
+        lambda model, size, device: _two_losses(model, size, device, summed=False),
+    ),
+    "two losses, summed": (
+        TwoHeads,
+        lambda model, size, device: _two_losses(model, size, device, summed=True),
+    ),
+}
+"""What a step can be: ``make_mlp(widths)`` with one cross-entropy loss, or ``TwoHeads``
+(the last width is each head's classes) with two losses, backpropagated one after the other
+(``retain_graph=True``) or summed first."""
+
+
+def _workload(name: str):
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}: use one of {', '.join(WORKLOADS)}")
+    return WORKLOADS[name]
 
 
 @dataclass(frozen=True)
@@ -62,9 +119,9 @@ class StepMemory:
         return self.step_bytes - self.grad_bytes
 
 
-def _probe(widths: tuple[int, ...], batch_sizes: list[int]) -> list[int]:
+def _probe(widths: tuple[int, ...], batch_sizes: list[int], workload: str) -> list[int]:
     """Peak resident bytes of the baseline child, then of one child per batch size."""
-    spec = json.dumps({"widths": list(widths), "batches": batch_sizes})
+    spec = json.dumps({"widths": list(widths), "batches": batch_sizes, "workload": workload})
     command = [sys.executable, "-m", "helpers.memory", "--probe", spec]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     if done.returncode != 0:
@@ -73,25 +130,30 @@ def _probe(widths: tuple[int, ...], batch_sizes: list[int]) -> list[int]:
 
 
 def measure_step_memory(
-    widths: tuple[int, ...], batch_sizes: list[int], device: torch.device | None = None
+    widths: tuple[int, ...],
+    batch_sizes: list[int],
+    device: torch.device | None = None,
+    workload: str = "one loss",
 ) -> list[StepMemory]:
-    """Peak memory of one forward and backward of ``make_mlp(widths)`` for each batch size."""
+    """Peak memory of one forward and backward (a ``workload`` of ``WORKLOADS``, by default
+    ``make_mlp(widths)`` with one loss) for each batch size."""
+    build, run = _workload(workload)
     if not batch_sizes:
         raise ValueError("batch_sizes is empty: give at least one micro-batch size")
     for size in batch_sizes:
         _positive_int(size, "each batch size")
     device = torch.device("cpu") if device is None else torch.device(device)
-    grad_bytes = sum(p.numel() * p.element_size() for p in make_mlp(widths).parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in build(widths).parameters())
     if device.type == "cuda":
-        _step(make_mlp(widths).to(device), batch_sizes[0], device)  # warm-up: cuBLAS workspaces
+        run(build(widths).to(device), batch_sizes[0], device)  # warm-up: cuBLAS workspaces
         torch.cuda.empty_cache()
         results = []
         for size in batch_sizes:
-            model = make_mlp(widths).to(device)
+            model = build(widths).to(device)
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             before = torch.cuda.memory_allocated(device)
-            _step(model, size, device)
+            run(model, size, device)
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device) - before
             results.append(StepMemory(size, peak, grad_bytes))
@@ -101,23 +163,24 @@ def measure_step_memory(
         raise ValueError(f"memory can be measured on 'cpu' or 'cuda', not {device.type!r}")
     if not hasattr(os, "fork"):
         raise ValueError("measuring CPU memory needs os.fork (Linux or macOS)")
-    baseline, *peaks = _probe(widths, list(batch_sizes))
+    baseline, *peaks = _probe(widths, list(batch_sizes), workload)
     return [
         StepMemory(size, peak - baseline, grad_bytes)
         for size, peak in zip(batch_sizes, peaks, strict=True)
     ]
 
 
-def _child_peak(widths: tuple[int, ...], batch_size: int | None) -> int:
+def _child_peak(widths: tuple[int, ...], batch_size: int | None, workload: str) -> int:
     """Fork; the child builds the model, steps unless ``batch_size`` is None, and sends back
     its peak resident bytes."""
+    build, run = _workload(workload)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         try:
-            model = make_mlp(widths)
+            model = build(widths)
             if batch_size is not None:
-                _step(model, batch_size, torch.device("cpu"))
+                run(model, batch_size, torch.device("cpu"))
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             os.write(write_end, str(peak if sys.platform == "darwin" else peak * 1024).encode())
         finally:
@@ -131,11 +194,12 @@ def _child_peak(widths: tuple[int, ...], batch_size: int | None) -> int:
 
 def _main() -> None:
     parser = argparse.ArgumentParser(description="the CPU probe of measure_step_memory")
-    parser.add_argument("--probe", required=True, help="JSON: widths, batches")
+    parser.add_argument("--probe", required=True, help="JSON: widths, batches, workload")
     spec = json.loads(parser.parse_args().probe)
     torch.set_num_threads(1)
     widths = tuple(spec["widths"])
-    print(json.dumps([_child_peak(widths, size) for size in [None, *spec["batches"]]]))
+    sizes = [None, *spec["batches"]]
+    print(json.dumps([_child_peak(widths, size, spec["workload"]) for size in sizes]))
 
 
 if __name__ == "__main__":

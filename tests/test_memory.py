@@ -35,3 +35,25 @@ def test_bad_input():
         measure_step_memory((4, 2), [0])
     with pytest.raises(ValueError, match="'cpu' or 'cuda', not 'meta'"):
         measure_step_memory((4, 2), [2], device="meta")
+
+
+def test_two_backwards_with_retain_graph_need_more_than_one_summed_backward():
+    widths = (256, 1024, 1024, 10)
+    [retained] = measure_step_memory(widths, [256], workload="two losses, retain_graph")
+    [summed] = measure_step_memory(widths, [256], workload="two losses, summed")
+    assert retained.grad_bytes == summed.grad_bytes
+    assert retained.step_bytes > summed.step_bytes + 2**20
+
+
+def test_two_heads_share_a_trunk():
+    from helpers.memory import TwoHeads
+
+    model = TwoHeads((6, 5, 4, 3))
+    out_a, out_b = model(torch.randn(2, 6))
+    assert out_a.shape == out_b.shape == (2, 3)
+    assert model.trunk[-1].out_features == 4
+
+
+def test_unknown_workload():
+    with pytest.raises(ValueError, match="unknown workload 'three losses'"):
+        measure_step_memory((4, 2), [2], workload="three losses")
