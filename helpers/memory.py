@@ -11,7 +11,6 @@ reused by the next, so its later peaks overstate.)"""
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import resource
@@ -23,36 +22,7 @@ import torch
 from torch import nn
 
 from helpers.data import _positive_int
-
-
-def make_mlp(widths: tuple[int, ...], seed: int = 0) -> nn.Sequential:
-    """Linear layers of the given widths with ReLU between them (seeded)."""
-    if len(widths) < 2 or not all(isinstance(w, int) and w > 0 for w in widths):
-        raise ValueError("widths must be at least two positive whole numbers, e.g. (256, 64, 10)")
-    layers: list[nn.Module] = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for index, (width_in, width_out) in enumerate(itertools.pairwise(widths)):
-            if index:
-                layers.append(nn.ReLU())
-            layers.append(nn.Linear(width_in, width_out))
-    return nn.Sequential(*layers)
-
-
-class TwoHeads(nn.Module):
-    """A shared trunk (``make_mlp(widths)``) and two classification heads on it."""
-
-    def __init__(self, widths: tuple[int, ...], seed: int = 0):
-        super().__init__()
-        self.trunk = make_mlp(widths[:-1], seed)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed + 1)
-            self.head_a = nn.Linear(widths[-2], widths[-1])
-            self.head_b = nn.Linear(widths[-2], widths[-1])
-
-    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = torch.relu(self.trunk(inputs))
-        return self.head_a(features), self.head_b(features)
+from helpers.models import TwoHeads, make_mlp
 
 
 def _batch(in_features: int, classes: int, batch_size: int, device: torch.device):

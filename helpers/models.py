@@ -1,7 +1,9 @@
-"""Small models the notebooks train: a per-token language-model head and networks that
-differ only in their normalization layer."""
+"""Small models the notebooks train: MLPs, a shared trunk with two heads, a per-token
+language-model head, and networks that differ only in their normalization layer."""
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 from torch import nn
@@ -44,3 +46,33 @@ def make_norm_model(norm: str, features: int = 8, width: int = 16, seed: int = 0
         return nn.Sequential(
             nn.Linear(features, width), layers[norm](), nn.ReLU(), nn.Linear(width, 1)
         )
+
+
+def make_mlp(widths: tuple[int, ...], seed: int = 0) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them (seeded)."""
+    if len(widths) < 2 or not all(isinstance(w, int) and w > 0 for w in widths):
+        raise ValueError("widths must be at least two positive whole numbers, e.g. (256, 64, 10)")
+    layers: list[nn.Module] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for index, (width_in, width_out) in enumerate(itertools.pairwise(widths)):
+            if index:
+                layers.append(nn.ReLU())
+            layers.append(nn.Linear(width_in, width_out))
+    return nn.Sequential(*layers)
+
+
+class TwoHeads(nn.Module):
+    """A shared trunk (``make_mlp(widths)``) and two classification heads on it."""
+
+    def __init__(self, widths: tuple[int, ...], seed: int = 0):
+        super().__init__()
+        self.trunk = make_mlp(widths[:-1], seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            self.head_a = nn.Linear(widths[-2], widths[-1])
+            self.head_b = nn.Linear(widths[-2], widths[-1])
+
+    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = torch.relu(self.trunk(inputs))
+        return self.head_a(features), self.head_b(features)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from helpers.memory import StepMemory, make_mlp, measure_step_memory
+from helpers.memory import StepMemory, measure_step_memory
+from helpers.models import make_mlp
 
 
 def test_make_mlp_is_seeded_and_shaped():
@@ -46,7 +47,7 @@ def test_two_backwards_with_retain_graph_need_more_than_one_summed_backward():
 
 
 def test_two_heads_share_a_trunk():
-    from helpers.memory import TwoHeads
+    from helpers.models import TwoHeads
 
     model = TwoHeads((6, 5, 4, 3))
     out_a, out_b = model(torch.randn(2, 6))
