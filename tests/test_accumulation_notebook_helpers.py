@@ -141,3 +141,63 @@ def test_accumulation_loop_that_zeroes_before_step_is_named():
 
     result = check_accumulation_loop(train_epoch)
     assert not result.passed and "zero_grad() run between backward() and step()" in result.message
+
+
+class TestSeveralLossesCheckers:
+    """Notebook 04's checkers: the solution passes, typical mistakes get their hint."""
+
+    @staticmethod
+    def run(body):
+        from helpers.exercises.several_losses import check_two_task_backward
+
+        return check_two_task_backward(body)
+
+    def test_two_task_backward(self):
+        assert self.run(lambda a, b, wa, wb: (wa * a + wb * b).backward()).passed
+
+        def two_passes(a, b, wa, wb):
+            (wa * a).backward(retain_graph=True)
+            (wb * b).backward()
+
+        assert self.run(two_passes).passed
+
+        def no_retain(a, b, wa, wb):
+            a.backward()
+            b.backward()
+
+        cases = [
+            (no_retain, "found the graph freed"),
+            (lambda a, b, wa, wb: (a + b).backward(), "the weights w_a and w_b are missing"),
+            (lambda a, b, wa, wb: (wa * a).backward(), "loss_b was never backpropagated"),
+            (lambda a, b, wa, wb: (wa * wa * a + wb * wb * b).backward(), "applied twice"),
+            (lambda a, b, wa, wb: None, "did you call backward()"),
+        ]
+        for body, hint in cases:
+            result = self.run(body)
+            assert not result.passed and hint in result.message, result.message
+
+    def test_gan_order(self):
+        from helpers.exercises.several_losses import check_gan_order
+
+        assert check_gan_order({"B"}).passed and check_gan_order("b").passed
+        for answer, hint in [
+            ({"A", "B"}, "A raises"),
+            ({"B", "C"}, "C runs, but"),
+            ({"A"}, "B works"),
+        ]:
+            result = check_gan_order(answer)
+            assert not result.passed and hint in result.message
+        with pytest.raises(TypeError):
+            check_gan_order(3)
+
+    def test_window_gradient(self):
+        from helpers.exercises.several_losses import check_window_gradient
+
+        assert check_window_gradient(-0.1).passed
+        for answer, hint in [
+            (0.1, "g1 + g2"),
+            (-0.4, "4x too large"),
+            (-0.025, "Divided by 4 twice"),
+        ]:
+            result = check_window_gradient(answer)
+            assert not result.passed and hint in result.message

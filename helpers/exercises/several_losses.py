@@ -1,0 +1,139 @@
+"""Checkers for notebook 04, several losses and one backward."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from helpers.checks import (
+    NOT_ANSWERED,
+    CheckResult,
+    as_number,
+    correct,
+    diagnose_number,
+    is_unanswered,
+    wrong,
+)
+from helpers.models import TwoHeads
+from helpers.multitask import flatten, task_gradients
+
+WEIGHTS = (0.3, 2.0)
+
+
+def _two_task_losses() -> tuple[TwoHeads, torch.Tensor, torch.Tensor]:
+    model = TwoHeads((6, 12, 12, 3), seed=5)
+    generator = torch.Generator().manual_seed(5)
+    inputs = torch.randn(16, 6, generator=generator)
+    labels = torch.randint(0, 3, (2, 16), generator=generator)
+    out_a, out_b = model(inputs)
+    loss_a = nn.functional.cross_entropy(out_a, labels[0])
+    loss_b = nn.functional.cross_entropy(out_b, labels[1])
+    return model, loss_a, loss_b
+
+
+def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
+    """Exercise 04.1: ``two_task_backward(loss_a, loss_b, w_a, w_b)`` must leave in the trunk's
+    ``.grad`` exactly ``w_a * g_a + w_b * g_b``."""
+    if is_unanswered(two_task_backward):
+        return wrong(NOT_ANSWERED)
+    if not callable(two_task_backward):
+        raise TypeError("pass your function itself: check_two_task_backward(two_task_backward)")
+    model, loss_a, loss_b = _two_task_losses()
+    trunk = list(model.trunk.parameters())
+    g_a, g_b = (flatten(g) for g in task_gradients([loss_a, loss_b], trunk))
+    w_a, w_b = WEIGHTS
+    try:
+        two_task_backward(loss_a, loss_b, w_a, w_b)
+    except RuntimeError as error:
+        if "backward through the graph a second time" in str(error):
+            return wrong(
+                "the second backward() found the graph freed: pass retain_graph=True to the "
+                "first, or better, backward the weighted sum once."
+            )
+        return wrong(f"your function raised RuntimeError: {error}")
+    if any(p.grad is None for p in trunk):
+        return wrong("the trunk got no gradient: did you call backward()?")
+    got = torch.cat([p.grad.flatten() for p in trunk])
+    candidates = {
+        "right": w_a * g_a + w_b * g_b,
+        "unweighted": g_a + g_b,
+        "only a": w_a * g_a,
+        "only b": w_b * g_b,
+        "squared": w_a**2 * g_a + w_b**2 * g_b,
+    }
+    match = next((n for n, c in candidates.items() if torch.allclose(got, c, atol=1e-6)), None)
+    hints = {
+        "right": None,
+        "unweighted": "the trunk got g_a + g_b: the weights w_a and w_b are missing.",
+        "only a": "only loss_a reached the trunk: loss_b was never backpropagated.",
+        "only b": "only loss_b reached the trunk: loss_a was never backpropagated.",
+        "squared": "each weight was applied twice (w_a**2): weight the losses once.",
+    }
+    if match == "right":
+        return correct("the trunk received w_a * g_a + w_b * g_b.")
+    if match is not None:
+        return wrong(hints[match])
+    return wrong(
+        "the trunk's gradient is not w_a * g_a + w_b * g_b: backward "
+        "w_a * loss_a + w_b * loss_b once."
+    )
+
+
+GAN_OPTIONS = {
+    "A": "score the fakes once; d_loss.backward(retain_graph=True); opt_d.step(); "
+    "g_loss on the same scores",
+    "B": "D's loss uses D(fake.detach()); after opt_d.step(), score D(fake) again for G's loss",
+    "C": "d_loss.backward(retain_graph=True); g_loss.backward() on the same scores; "
+    "then both steps",
+}
+
+
+def check_gan_order(answer: object) -> CheckResult:
+    """Exercise 04.2: which orderings run without the in-place error *and* give each model the
+    gradient of its own loss only? Only B."""
+    if is_unanswered(answer):
+        return wrong(NOT_ANSWERED)
+    if isinstance(answer, str):
+        answer = [letter for letter in answer if letter.isalpha()]
+    if not isinstance(answer, (set, list, tuple, frozenset)):
+        raise TypeError("answer must be a set of letters such as {'A'}")
+    given = {str(letter).upper() for letter in answer}
+    if not given <= set(GAN_OPTIONS):
+        return wrong("the options are 'A', 'B' and 'C'.")
+    if given == {"B"}:
+        return correct("detach the fake samples for D's step, and score them again after it.")
+    hints = []
+    if "A" in given:
+        hints.append(
+            "A raises: opt_d.step() changes D's weights in place, and the retained graph of the "
+            "old scores still needs their old values."
+        )
+    if "C" in given:
+        hints.append(
+            "C runs, but g_loss's backward also adds into D's grads before D steps, so D "
+            "follows the generator's loss too."
+        )
+    if "B" not in given:
+        hints.append("B works: D never sees G's graph, and G's loss uses D after its step.")
+    return wrong(" ".join(hints))
+
+
+def check_window_gradient(answer: object) -> CheckResult:
+    """Exercise 04.3: loss = 0.5 * l1 + 2 * l2 per micro-batch, divided by 4, over 4 equal
+    micro-batches; full-batch trunk gradients g1 = 0.2 and g2 = -0.1 give 0.5*0.2 + 2*(-0.1)."""
+    if is_unanswered(answer):
+        return wrong(NOT_ANSWERED)
+    return diagnose_number(
+        as_number(answer, "answer"),
+        -0.1,
+        {
+            0.1: "That is g1 + g2: each task's weight still scales its gradient.",
+            -0.4: "That is 4x too large: each micro-batch's loss was divided by 4, so the "
+            "window adds up to the full-batch mean.",
+            -0.025: "Divided by 4 twice: the division by 4 is undone by adding 4 micro-batches.",
+            0.3: "Signs: 2 * (-0.1) is -0.2.",
+        },
+        "Gradients add over tasks (with their weights) and over micro-batches (each / 4).",
+    )
