@@ -68,10 +68,13 @@ def cosine_similarity(grads_a: Sequence[torch.Tensor], grads_b: Sequence[torch.T
 
 
 def pcgrad(task_grads: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
-    """Combine per-task gradients the PCGrad way (Yu et al., 2020), in a fixed task order:
-    where task i's gradient conflicts with task j's (negative dot product), remove its
-    component along task j's; then add the projected gradients. Returns one tensor per
-    parameter, to write into ``.grad``."""
+    """Combine per-task gradients the PCGrad way (Yu et al., 2020): where task i's gradient
+    conflicts with task j's (negative dot product), remove its component along task j's
+    original gradient; then add the projected gradients. Returns one tensor per parameter,
+    to write into ``.grad`` of the shared parameters. The paper visits the other tasks in a
+    random order each step; this uses a fixed order, which is the same for two tasks. For
+    two tasks and a plain gradient step, the result does not increase either loss to first
+    order; with three or more tasks there is no such guarantee."""
     if not task_grads or len(task_grads) < 2:
         raise ValueError("pcgrad needs the gradients of at least two tasks")
     shapes = [[tuple(g.shape) for g in grads] for grads in task_grads]

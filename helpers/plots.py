@@ -26,8 +26,37 @@ def _show_figures_inline() -> None:
 _show_figures_inline()
 
 
+def plot_series(
+    series: Mapping[str, list[float]],
+    *,
+    ylabel: str,
+    xlabel: str = "optimizer step",
+    title: str = "",
+    log_y: bool = False,
+) -> Figure:
+    """One line per named list of values, against the step number (from 1)."""
+    if not isinstance(series, Mapping) or not series:
+        raise ValueError("series must be a non-empty dict of {label: list of numbers}")
+    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+    ax = fig.subplots()
+    for label, values in series.items():
+        ax.plot(range(1, len(values) + 1), list(values), label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def plot_loss_curves(
-    histories: Mapping[str, History], *, title: str = "", log_y: bool = False
+    histories: Mapping[str, History],
+    *,
+    title: str = "",
+    log_y: bool = False,
+    ylabel: str = "batch loss",
 ) -> Figure:
     """Batch loss after each step, one line per run; ``log_y`` for runs that blow up."""
     if not isinstance(histories, Mapping) or not histories:
@@ -35,18 +64,8 @@ def plot_loss_curves(
     for label, history in histories.items():
         if not isinstance(history, History):
             raise TypeError(f"histories[{label!r}] must be a History, got {type(history).__name__}")
-    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
-    ax = fig.subplots()
-    for label, history in histories.items():
-        ax.plot(range(1, history.steps + 1), history.losses, label=label)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("batch loss (MSE)")
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    return fig
+    series = {label: history.losses for label, history in histories.items()}
+    return plot_series(series, ylabel=ylabel, title=title, log_y=log_y)
 
 
 def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> Figure:

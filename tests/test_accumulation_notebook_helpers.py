@@ -166,11 +166,13 @@ class TestSeveralLossesCheckers:
             b.backward()
 
         cases = [
-            (no_retain, "found the graph freed"),
+            (no_retain, "found the graph freed: backward once"),
             (lambda a, b, wa, wb: (a + b).backward(), "the weights w_a and w_b are missing"),
             (lambda a, b, wa, wb: (wa * a).backward(), "loss_b was never backpropagated"),
             (lambda a, b, wa, wb: (wa * wa * a + wb * wb * b).backward(), "applied twice"),
             (lambda a, b, wa, wb: None, "did you call backward()"),
+            (lambda a, b, wa, wb: wa * a.backward(), "backward() returns None"),
+            (lambda a, b, wa, wb: a.backward(), "without its weight"),
         ]
         for body, hint in cases:
             result = self.run(body)
@@ -193,11 +195,12 @@ class TestSeveralLossesCheckers:
     def test_window_gradient(self):
         from helpers.exercises.several_losses import check_window_gradient
 
-        assert check_window_gradient(-0.1).passed
+        assert check_window_gradient(-0.4).passed
         for answer, hint in [
             (0.1, "g1 + g2"),
-            (-0.4, "4x too large"),
-            (-0.025, "Divided by 4 twice"),
+            (-1.6, "4x too large"),
+            (-0.1, "one micro-batch's share"),
+            (-0.3, "g2 alone"),
         ]:
             result = check_window_gradient(answer)
             assert not result.passed and hint in result.message

@@ -49,10 +49,18 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
     except RuntimeError as error:
         if "backward through the graph a second time" in str(error):
             return wrong(
-                "the second backward() found the graph freed: pass retain_graph=True to the "
-                "first, or better, backward the weighted sum once."
+                "a second backward() found the graph freed: backward once, on "
+                "w_a * loss_a + w_b * loss_b (or pass retain_graph=True to the first of two "
+                "backward calls, one per loss)."
             )
         return wrong(f"your function raised RuntimeError: {error}")
+    except TypeError as error:
+        if "NoneType" in str(error):
+            return wrong(
+                "backward() returns None, so `w_a * loss_a.backward()` multiplies None: "
+                "weight the loss first, `(w_a * loss_a).backward()`."
+            )
+        return wrong(f"your function raised TypeError: {error}")
     if any(p.grad is None for p in trunk):
         return wrong("the trunk got no gradient: did you call backward()?")
     got = torch.cat([p.grad.flatten() for p in trunk])
@@ -61,6 +69,7 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
         "unweighted": g_a + g_b,
         "only a": w_a * g_a,
         "only b": w_b * g_b,
+        "only a, unweighted": g_a,
         "squared": w_a**2 * g_a + w_b**2 * g_b,
     }
     match = next((n for n, c in candidates.items() if torch.allclose(got, c, atol=1e-6)), None)
@@ -69,6 +78,7 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
         "unweighted": "the trunk got g_a + g_b: the weights w_a and w_b are missing.",
         "only a": "only loss_a reached the trunk: loss_b was never backpropagated.",
         "only b": "only loss_b reached the trunk: loss_a was never backpropagated.",
+        "only a, unweighted": "only loss_a reached the trunk, without its weight.",
         "squared": "each weight was applied twice (w_a**2): weight the losses once.",
     }
     if match == "right":
@@ -112,8 +122,9 @@ def check_gan_order(answer: object) -> CheckResult:
         )
     if "C" in given:
         hints.append(
-            "C runs, but g_loss's backward also adds into D's grads before D steps, so D "
-            "follows the generator's loss too."
+            "C runs, but both models get mixed gradients: g_loss's backward adds into D's "
+            "grads before D steps, and d_loss's backward (the scores are not detached) adds "
+            "into G's."
         )
     if "B" not in given:
         hints.append("B works: D never sees G's graph, and G's loss uses D after its step.")
@@ -122,18 +133,20 @@ def check_gan_order(answer: object) -> CheckResult:
 
 def check_window_gradient(answer: object) -> CheckResult:
     """Exercise 04.3: loss = 0.5 * l1 + 2 * l2 per micro-batch, divided by 4, over 4 equal
-    micro-batches; full-batch trunk gradients g1 = 0.2 and g2 = -0.1 give 0.5*0.2 + 2*(-0.1)."""
+    micro-batches; full-batch trunk gradients g1 = 0.4 and g2 = -0.3 give
+    0.5 * 0.4 + 2 * (-0.3) = -0.4."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
     return diagnose_number(
         as_number(answer, "answer"),
-        -0.1,
+        -0.4,
         {
             0.1: "That is g1 + g2: each task's weight still scales its gradient.",
-            -0.4: "That is 4x too large: each micro-batch's loss was divided by 4, so the "
+            -1.6: "That is 4x too large: each micro-batch's loss was divided by 4, so the "
             "window adds up to the full-batch mean.",
-            -0.025: "Divided by 4 twice: the division by 4 is undone by adding 4 micro-batches.",
-            0.3: "Signs: 2 * (-0.1) is -0.2.",
+            -0.1: "That is one micro-batch's share: `.grad` adds all 4 micro-batches.",
+            -0.3: "That is g2 alone: l1 adds 0.5 * g1 and l2's weight doubles g2.",
+            0.8: "Signs: 2 * (-0.3) is -0.6.",
         },
         "Gradients add over tasks (with their weights) and over micro-batches (each / 4).",
     )
