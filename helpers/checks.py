@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +65,22 @@ def as_number(answer: object, what: str = "your answer") -> float:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
         raise TypeError(f"{what} must be a number such as 17.0, got {type(answer).__name__}")
     return float(answer)
+
+
+def as_names(answer: object, example: str, *, letters: bool = False) -> set[str]:
+    """A set of names from a set, list or tuple of strings, or from one string such as
+    "a, b" or "a and b"; with ``letters``, "ab" also means {"a", "b"}. ``example`` shows the
+    expected form in the ``TypeError`` for anything else."""
+    if isinstance(answer, str):
+        tokens = [t for t in re.split(r"[\s,;]+", answer) if t and t.lower() != "and"]
+        if letters and len(tokens) == 1 and tokens[0].isalpha():
+            tokens = list(tokens[0])
+        answer = tokens
+    if not isinstance(answer, (set, list, tuple, frozenset)) or not all(
+        isinstance(item, str) for item in answer
+    ):
+        raise TypeError(f"answer must be a set of names such as {example}")
+    return {item.strip() for item in answer}
 
 
 def number_matches(answer: float, expected: float, rel_tol: float = 1e-5) -> bool:

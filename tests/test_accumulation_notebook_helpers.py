@@ -182,6 +182,7 @@ class TestSeveralLossesCheckers:
         from helpers.exercises.several_losses import check_gan_order
 
         assert check_gan_order({"B"}).passed and check_gan_order("b").passed
+        assert check_gan_order("only B").passed is False  # "only" is not an option letter
         for answer, hint in [
             ({"A", "B"}, "A raises"),
             ({"B", "C"}, "C runs, but"),

@@ -281,3 +281,15 @@ class TestCorrectPlacements:
     )
     def test_typical_mistakes_get_their_hint(self, answer, hint):
         assert_hint(check_correct_placements(answer), hint)
+
+
+def test_names_from_sets_lists_and_strings():
+    from helpers.checks import as_names
+
+    assert as_names({"a", "b"}, "{'a'}") == {"a", "b"}
+    assert as_names("LayerNorm, GroupNorm", "{'a'}") == {"LayerNorm", "GroupNorm"}
+    assert as_names("LayerNorm", "{'a'}") == {"LayerNorm"}
+    assert as_names("A and C", "{'A'}", letters=True) == {"A", "C"}
+    assert as_names("ab", "{'a'}", letters=True) == {"a", "b"}
+    with pytest.raises(TypeError, match=r"such as \{'A'\}"):
+        as_names(3, "{'A'}")

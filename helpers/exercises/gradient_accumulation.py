@@ -11,6 +11,7 @@ from helpers.accumulation import full_batch_gradients, windows
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
+    as_names,
     as_number,
     correct,
     diagnose_number,
@@ -141,11 +142,7 @@ def check_exact_norms(answer: object) -> CheckResult:
     big batch? GroupNorm and LayerNorm (per-sample statistics), not BatchNorm."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    if isinstance(answer, str):
-        answer = [answer]
-    if not isinstance(answer, (set, list, tuple, frozenset)):
-        raise TypeError("answer must be a set of layer names such as {'LayerNorm'}")
-    given = {str(name).strip() for name in answer} - {"none"}
+    given = as_names(answer, "{'LayerNorm'}") - {"none"}
     if not given <= set(NORMS):
         return wrong("use the names 'BatchNorm', 'GroupNorm' and 'LayerNorm'.")
     if given == {"GroupNorm", "LayerNorm"}:

@@ -10,6 +10,7 @@ from torch import nn
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
+    as_names,
     as_number,
     correct,
     diagnose_number,
@@ -105,11 +106,7 @@ def check_gan_order(answer: object) -> CheckResult:
     gradient of its own loss only? Only B."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    if isinstance(answer, str):
-        answer = [letter for letter in answer if letter.isalpha()]
-    if not isinstance(answer, (set, list, tuple, frozenset)):
-        raise TypeError("answer must be a set of letters such as {'A'}")
-    given = {str(letter).upper() for letter in answer}
+    given = {name.upper() for name in as_names(answer, "{'A'}", letters=True)}
     if not given <= set(GAN_OPTIONS):
         return wrong("the options are 'A', 'B' and 'C'.")
     if given == {"B"}:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import torch
 from torch import nn
 
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
+    as_names,
     as_number,
     correct,
     diagnose_number,
@@ -75,26 +74,11 @@ def moved_by_first_adamw_step() -> set[str]:
     return {name for name, p in params.items() if not torch.equal(p.detach(), before[name])}
 
 
-def _names(answer: object, what: str) -> set[str]:
-    """A set of names from a set, list or tuple of strings, or from a string such as
-    "a, b", "a and b" or "ab"."""
-    if isinstance(answer, str):
-        tokens = [t for t in re.split(r"[\s,;]+", answer) if t and t.lower() != "and"]
-        if len(tokens) == 1 and len(tokens[0]) > 1 and tokens[0].isalpha():
-            tokens = list(tokens[0])
-        answer = tokens
-    if not isinstance(answer, (set, list, tuple, frozenset)) or not all(
-        isinstance(item, str) for item in answer
-    ):
-        raise TypeError(f"{what} must be a set of names such as {{'a', 'b'}}")
-    return {item.strip() for item in answer}
-
-
 def check_moved_parameters(answer: object) -> CheckResult:
     """Exercise 02.2: expected {"a", "b"}: a by its gradient, b by weight decay alone."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = _names(answer, "answer")
+    given = as_names(answer, "{'a', 'b'}", letters=True)
     if not given <= {"a", "b", "c"}:
         return wrong("the parameters are named 'a', 'b' and 'c'.")
     expected = moved_by_first_adamw_step()
@@ -126,7 +110,7 @@ def check_correct_placements(answer: object) -> CheckResult:
     """Exercise 02.3: the loops that train like the standard one are A, C and D."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = {name.upper() for name in _names(answer, "answer")}
+    given = {name.upper() for name in as_names(answer, "{'A', 'B'}", letters=True)}
     if not given <= set(PLACEMENT_LOOPS):
         return wrong("the loops are named 'A', 'B', 'C' and 'D'.")
     expected = {
