@@ -1,0 +1,477 @@
+"""The loop auditor: wrap any training loop and it reports the classic gradient bugs.
+
+```python
+with LoopAuditor(model, optimizer, accumulation_steps=4) as audit:
+    ...  # your training loop, unchanged
+for finding in audit.findings:
+    print(finding)
+```
+
+It only watches: tensor hooks on the parameters (every ``backward()`` that reaches them),
+the optimizer's step hooks, and thin pass-through wrappers around ``torch.autograd.backward``,
+``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_``, ``scheduler.step`` and the
+GradScaler's ``unscale_``, ``step`` and ``update``. Hooks return nothing and wrappers return what
+they wrap, so the trained weights are the same with and without it. Everything is removed
+when the ``with`` block ends, even on an error.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.utils
+import torch.nn.utils.clip_grad
+from torch import nn
+
+CODES = {
+    "missing-zero-grad": "gradients that an earlier step() had used were still in .grad",
+    "zero-grad-before-step": "zero_grad() ran between the last backward() and step()",
+    "step-without-grad": "step() ran while no parameter had a gradient",
+    "scheduler-per-micro-batch": "the scheduler stepped more often than the optimizer",
+    "clip-per-micro-batch": "gradients were clipped on a micro-batch not followed by step()",
+    "unscale-after-clip": "clipping ran on gradients still scaled by the GradScaler",
+    "graph-kept-alive": "a loss from an earlier step is still referenced, graph and all",
+    "params-not-in-optimizer": "parameters got gradients but are in no param group",
+    "leftover-gradients": "the loop ended with gradients that no step() used",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: ``code`` (a key of :data:`CODES`), a ``message`` that says what happened
+    and how to fix it, the optimizer ``step`` (1 = the first ``step()`` inside the audit)
+    it concerns or ``None``, and ``count``, how many times it happened."""
+
+    code: str
+    message: str
+    step: int | None
+    count: int = 1
+
+    def __str__(self) -> str:
+        where = "after the loop" if self.step is None else f"step {self.step}"
+        times = f" [{self.count} times]" if self.count > 1 else ""
+        return f"{self.code} ({where}){times}: {self.message}"
+
+
+class _Sentinel:
+    """Stored in a loss's graph node metadata; it dies when the graph does."""
+
+
+def _has_signal(tensors: Iterable[torch.Tensor]) -> bool:
+    return any(t.grad is not None and bool(t.grad.any()) for t in tensors)
+
+
+def _graph_nodes_near_root(root: torch.autograd.graph.Node, depth: int = 2) -> list:
+    """The root and the nodes up to ``depth`` edges below it, leaf accumulators excluded."""
+    nodes, frontier = [root], [root]
+    for _ in range(depth):
+        frontier = [
+            child
+            for node in frontier
+            for child, _ in node.next_functions
+            if child is not None and type(child).__name__ != "AccumulateGrad"
+        ]
+        nodes.extend(frontier)
+    return nodes
+
+
+class LoopAuditor:
+    """Watches one model and its optimizer through a training loop inside a ``with`` block,
+    then lists what went wrong in ``findings`` (empty for a correct loop).
+
+    ``accumulation_steps`` is the number of micro-batches per optimizer step your loop
+    intends (1 without accumulation); pass the ``scheduler`` and the GradScaler ``scaler``
+    if the loop uses them. For two optimizers (a GAN), use one auditor each, with the model
+    each one trains. The codes it can report are the keys of :data:`CODES`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        accumulation_steps: int = 1,
+        scheduler=None,
+        scaler: torch.amp.GradScaler | None = None,
+    ):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
+        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
+            raise TypeError(
+                f"accumulation_steps must be an int (micro-batches per optimizer step), "
+                f"got {accumulation_steps!r}"
+            )
+        if accumulation_steps < 1:
+            raise ValueError(
+                f"accumulation_steps must be 1 or more (1 = no accumulation), "
+                f"got {accumulation_steps}"
+            )
+        names = {id(p): name for name, p in model.named_parameters()}
+        if not names:
+            raise ValueError("the model has no parameters: pass the module your loop trains")
+        optimized = [p for group in optimizer.param_groups for p in group["params"]]
+        if not any(id(p) in names for p in optimized):
+            raise ValueError(
+                "the optimizer holds none of the model's parameters: pass the optimizer "
+                "built from this model's parameters (for a GAN, one auditor per optimizer)"
+            )
+        if scheduler is not None:
+            if not callable(getattr(scheduler, "step", None)):
+                raise TypeError(f"scheduler must have a step() method, got {scheduler!r}")
+            if getattr(scheduler, "optimizer", optimizer) is not optimizer:
+                raise ValueError("the scheduler was built for another optimizer than this one")
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise TypeError(f"scaler must be a torch.amp.GradScaler, got {type(scaler).__name__}")
+
+        self.model = model
+        self.optimizer = optimizer
+        self.accumulation_steps = accumulation_steps
+        self.scheduler = scheduler
+        self.scaler = scaler
+        self._names = names
+        self._optimized = [p for p in optimized if p.requires_grad]
+        optimized_ids = {id(p) for p in optimized}
+        self._outside = [
+            p for p in model.parameters() if p.requires_grad and id(p) not in optimized_ids
+        ]
+        self._handles: list = []
+        self._wrapped: list[tuple[object, str, object]] = []
+        self._reset()
+
+    # ----------------------------------------------------------------- state
+    def _reset(self) -> None:
+        self._found: dict[str, Finding] = {}
+        self.steps = 0  #: optimizer steps taken inside the audit
+        self.backward_passes = 0  #: backward() calls that reached the optimizer's parameters
+        self._graph_tasks = 0
+        self._seen_task = 0
+        self._passes_since_step = 0
+        self._fresh_window = True
+        self._consumed: set[int] = set()
+        self._prior_signal: dict[int, bool] = {}
+        self._outside_with_grad: set[int] = set()
+        self._clip_pending = False
+        self._unscaled = False
+        self._scheduler_steps_since_step = 0
+        self._graphs: list[tuple[int, weakref.ref]] = []
+        self._inside = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        """What went wrong, one finding per code, in the order first seen."""
+        return list(self._found.values())
+
+    @property
+    def codes(self) -> list[str]:
+        """The codes of :attr:`findings`."""
+        return list(self._found)
+
+    def _report(self, code: str, message: str, step: int | None) -> None:
+        old = self._found.get(code)
+        if old is None:
+            self._found[code] = Finding(code, message, step)
+        else:
+            self._found[code] = Finding(code, old.message, old.step, old.count + 1)
+
+    def __str__(self) -> str:
+        if not self._found:
+            return f"No findings ({self.steps} steps, {self.backward_passes} backward passes)."
+        return "\n".join(str(f) for f in self._found.values())
+
+    # ----------------------------------------------------------- enter, exit
+    def __enter__(self) -> LoopAuditor:
+        if self._inside:
+            raise RuntimeError("this LoopAuditor is already in use; make a new one")
+        self._reset()
+        self._inside = True
+        self._consumed = {id(p) for p in self._optimized if p.grad is not None}
+        hook = torch.autograd.graph.register_multi_grad_hook
+        self._handles.append(hook(self._optimized, self._on_graph_task, mode="any"))
+        for p in self._optimized:
+            self._handles.append(p.register_hook(lambda _, p=p: self._before_accumulate(p)))
+            self._handles.append(p.register_post_accumulate_grad_hook(self._after_accumulate))
+        for p in self._outside:
+            self._handles.append(p.register_post_accumulate_grad_hook(self._outside_accumulate))
+        self._handles.append(self.optimizer.register_step_pre_hook(self._before_step))
+        self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
+        if self.scheduler is not None:
+            self._wrap(self.scheduler, "step", after=self._on_scheduler_step)
+        if self.scaler is not None:
+            self._wrap(self.scaler, "unscale_", after=self._on_unscale)
+            self._wrap(self.scaler, "update", after=self._on_update)
+            self._wrap(self.scaler, "step", before=self._count_steps, after=self._on_scaler_step)
+        _ACTIVE.append(self)
+        if len(_ACTIVE) == 1:
+            _install_patches()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._finish()
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles.clear()
+            for owner, name, previous in reversed(self._wrapped):
+                if previous is None:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, previous)
+            self._wrapped.clear()
+            _ACTIVE.remove(self)
+            if not _ACTIVE:
+                _remove_patches()
+            self._inside = False
+
+    def _wrap(self, owner, name: str, before=None, after=None) -> None:
+        """Replace ``owner.name`` by a pass-through that calls ``before(args)`` and
+        ``after(args, state)``; restored on exit."""
+        original = getattr(owner, name)
+        previous = owner.__dict__.get(name)
+
+        def wrapper(*args, **kwargs):
+            state = before(*args) if before else None
+            result = original(*args, **kwargs)
+            if after:
+                after(args, state)
+            return result
+
+        setattr(owner, name, wrapper)
+        self._wrapped.append((owner, name, previous))
+
+    # ---------------------------------------------------------------- hooks
+    def _on_graph_task(self, _grad) -> None:
+        self._graph_tasks += 1
+
+    def _before_accumulate(self, p: torch.Tensor) -> None:
+        if id(p) in self._consumed:
+            self._prior_signal[id(p)] = p.grad is not None and bool(p.grad.any())
+
+    def _after_accumulate(self, p: torch.Tensor) -> None:
+        if self._seen_task != self._graph_tasks:  # first parameter of a new backward pass
+            self._seen_task = self._graph_tasks
+            self._on_backward_pass()
+        key = id(p)
+        if key in self._consumed:
+            if self._prior_signal.pop(key, True):
+                self._fresh_window = False  # added on top of a used gradient
+            else:
+                self._consumed.discard(key)  # it had been reset since that step
+
+    def _outside_accumulate(self, p: torch.Tensor) -> None:
+        self._outside_with_grad.add(id(p))
+
+    def _on_backward_pass(self) -> None:
+        step = self.steps + 1
+        if self._clip_pending:
+            self._report(
+                "clip-per-micro-batch",
+                f"gradients were clipped and then another backward() added to them before "
+                f"step {step}: each micro-batch's clip changes the window's sum, and the "
+                f"gradient step() uses is not clipped to max_norm. Clip once, after the "
+                f"window's last backward(), just before step().",
+                step,
+            )
+            self._clip_pending = False
+        self.backward_passes += 1
+        self._passes_since_step += 1
+        if self._passes_since_step == 1:
+            self._fresh_window = True
+
+    def _before_step(self, optimizer, args, kwargs) -> None:
+        step = self.steps + 1
+        self._check_graphs(older_than=self.steps - 1, step=step)
+        by_id = {id(p): p for p in self._optimized}
+        stale = [by_id[k] for k in self._consumed if k in by_id and _has_signal([by_id[k]])]
+        if stale:
+            self._report(
+                "missing-zero-grad",
+                f"step {step} used .grad that still held gradients an earlier step() had "
+                f"already used ({len(stale)} of {len(self._optimized)} parameters), so it "
+                f"applied old windows again (accumulation_steps={self.accumulation_steps}). "
+                f"Call optimizer.zero_grad() after every step().",
+                step,
+            )
+        if not _has_signal(self._optimized):
+            all_none = all(p.grad is None for p in self._optimized)
+            if self._passes_since_step:
+                effect = (
+                    "every .grad was None, so step() skipped every parameter and the "
+                    "backward pass was wasted"
+                    if all_none
+                    else "every .grad was zeros: plain SGD stays put, but momentum, weight "
+                    "decay and Adam still move the parameters, with no gradient behind it"
+                )
+                self._report(
+                    "zero-grad-before-step",
+                    f"the gradients were reset after the last backward() and before step "
+                    f"{step}: {effect}. Zero the gradients after step() (or before the "
+                    f"next backward()), never between backward() and step().",
+                    step,
+                )
+            elif all_none:
+                self._report(
+                    "step-without-grad",
+                    f"step {step} ran while every parameter's .grad was None: no backward() "
+                    f"reached the optimizer's parameters since the last step, so nothing was "
+                    f"updated. Call loss.backward() before optimizer.step(), on a loss that "
+                    f"depends on these parameters.",
+                    step,
+                )
+        self._report_outside_parameters(step)
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        self.steps += 1
+        self._end_window()
+        self._consumed = {id(p) for p in self._optimized if p.grad is not None}
+        self._prior_signal.clear()
+
+    def _end_window(self) -> None:
+        self._passes_since_step = 0
+        self._fresh_window = True
+        self._clip_pending = False
+        self._scheduler_steps_since_step = 0
+
+    def _on_scheduler_step(self, args, state) -> None:
+        self._scheduler_steps_since_step += 1
+        if self._scheduler_steps_since_step > 1:
+            self._report(
+                "scheduler-per-micro-batch",
+                f"scheduler.step() ran {self._scheduler_steps_since_step} times without an "
+                f"optimizer step in between (before step {self.steps + 1}): the learning-rate "
+                f"schedule runs accumulation_steps={self.accumulation_steps} times too fast. "
+                f"Call scheduler.step() once, right after optimizer.step().",
+                self.steps + 1,
+            )
+
+    def _on_unscale(self, args, state) -> None:
+        if args and args[0] is self.optimizer:
+            self._unscaled = True
+
+    def _on_update(self, args, state) -> None:
+        self._unscaled = False
+
+    def _count_steps(self, optimizer=None, *rest) -> int:
+        return self.steps
+
+    def _on_scaler_step(self, args, steps_before) -> None:
+        if args and args[0] is self.optimizer and self.steps == steps_before:
+            self._end_window()  # the scaler skipped the step (inf or nan): a window ended
+
+    def _on_clip(self, parameters: list[torch.Tensor], function: str) -> None:
+        ours = {id(p) for p in self._optimized}
+        if not any(id(p) in ours for p in parameters):
+            return
+        step = self.steps + 1
+        self._clip_pending = True
+        if self.scaler is not None and self.scaler.is_enabled() and not self._unscaled:
+            self._report(
+                "unscale-after-clip",
+                f"{function} ran before step {step} on gradients still multiplied by the "
+                f"GradScaler's scale ({self.scaler.get_scale():g}), so the threshold meant "
+                f"nothing. Call scaler.unscale_(optimizer) once per window, then clip, then "
+                f"scaler.step(optimizer).",
+                step,
+            )
+
+    def _on_backward_call(self, roots: Sequence[torch.Tensor]) -> None:
+        for root in roots:
+            if isinstance(root, torch.Tensor) and root.grad_fn is not None:
+                sentinel = _Sentinel()
+                for node in _graph_nodes_near_root(root.grad_fn):
+                    node.metadata[f"loop-auditor-{id(self)}"] = sentinel
+                self._graphs.append((self.steps, weakref.ref(sentinel)))
+
+    def _check_graphs(self, older_than: int, step: int | None) -> None:
+        """Report graphs backpropagated before step ``older_than + 1`` that are still alive."""
+        alive = [(s, ref) for s, ref in self._graphs if ref() is not None]
+        kept = [s for s, _ in alive if s < older_than]
+        if kept:
+            self._report(
+                "graph-kept-alive",
+                f"the graph of a loss backpropagated before step {kept[0] + 1} was still "
+                f"alive {'at step ' + str(step) if step else 'when the loop ended'}: "
+                f"something still references that loss (for example `total_loss += loss`), "
+                f"so every iteration's graph piles up. Keep loss.item() (or loss.detach()) "
+                f"for logging instead.",
+                step,
+            )
+        self._graphs = [(s, ref) for s, ref in alive if s >= older_than]
+
+    def _finish(self) -> None:
+        self._check_graphs(older_than=self.steps - 1, step=None)
+        self._report_outside_parameters(None)
+        if self._passes_since_step and self._fresh_window and _has_signal(self._optimized):
+            k = self.accumulation_steps
+            self._report(
+                "leftover-gradients",
+                f"the loop ended with {self._passes_since_step} backward pass(es) after the "
+                f"last step (step {self.steps}) whose gradients no step() used"
+                + (
+                    f": a short tail window (accumulation_steps={k}) was dropped. After the "
+                    f"loop, step once more on the tail, scaled by its real size."
+                    if k > 1
+                    else ". Call optimizer.step() after the last backward()."
+                ),
+                None,
+            )
+
+    def _report_outside_parameters(self, step: int | None) -> None:
+        if not self._outside_with_grad:
+            return
+        names = sorted(self._names.get(k, "?") for k in self._outside_with_grad)
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        self._report(
+            "params-not-in-optimizer",
+            f"{len(names)} parameter(s) of the model received gradients but belong to no "
+            f"param group of the optimizer, so step() never updates them: {shown}. Build "
+            f"the optimizer from model.parameters(), or add_param_group() for them "
+            f"(or requires_grad_(False) if they should stay frozen).",
+            step,
+        )
+        self._outside_with_grad.clear()
+
+
+# -------------------------------------------------- module-level pass-throughs
+_ACTIVE: list[LoopAuditor] = []
+_ORIGINALS: dict[tuple[object, str], object] = {}
+_CLIP_FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
+
+
+def _install_patches() -> None:
+    backward = torch.autograd.backward
+
+    def audited_backward(tensors, *args, **kwargs):
+        roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        for auditor in list(_ACTIVE):
+            auditor._on_backward_call(roots)
+        return backward(tensors if isinstance(tensors, torch.Tensor) else roots, *args, **kwargs)
+
+    _ORIGINALS[(torch.autograd, "backward")] = backward
+    torch.autograd.backward = audited_backward
+    for name in _CLIP_FUNCTIONS:
+        clip = getattr(torch.nn.utils.clip_grad, name)
+
+        def audited_clip(parameters, *args, _clip=clip, _name=name, **kwargs):
+            if isinstance(parameters, torch.Tensor):
+                parameters = [parameters]
+            parameters = list(parameters)
+            for auditor in list(_ACTIVE):
+                auditor._on_clip(parameters, _name)
+            return _clip(parameters, *args, **kwargs)
+
+        for module in (torch.nn.utils, torch.nn.utils.clip_grad):
+            _ORIGINALS[(module, name)] = getattr(module, name)
+            setattr(module, name, audited_clip)
+
+
+def _remove_patches() -> None:
+    for (owner, name), original in _ORIGINALS.items():
+        setattr(owner, name, original)
+    _ORIGINALS.clear()
