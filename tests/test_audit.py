@@ -257,7 +257,7 @@ PAIRS = [
     PAIRS,
     ids=[f"{code}-{buggy.__name__}" for code, buggy, _, _ in PAIRS],
 )
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
 def test_each_code_fires_on_its_bug_and_not_on_the_fix(code, buggy, fixed, options):
     auditor, _ = run(buggy, **options)
     assert code in auditor.codes, str(auditor)
