@@ -112,11 +112,11 @@ class LoopAuditor:
                 f"accumulation_steps must be 1 or more (1 = no accumulation), "
                 f"got {accumulation_steps}"
             )
-        names = {id(p): name for name, p in model.named_parameters()}
-        if not names:
+        model_ids = {id(p) for p in model.parameters()}
+        if not model_ids:
             raise ValueError("the model has no parameters: pass the module your loop trains")
         optimized = [p for group in optimizer.param_groups for p in group["params"]]
-        if not any(id(p) in names for p in optimized):
+        if not any(id(p) in model_ids for p in optimized):
             raise ValueError(
                 "the optimizer holds none of the model's parameters: pass the optimizer "
                 "built from this model's parameters (for a GAN, one auditor per optimizer)"
@@ -134,12 +134,7 @@ class LoopAuditor:
         self.accumulation_steps = accumulation_steps
         self.scheduler = scheduler
         self.scaler = scaler
-        self._names = names
         self._optimized = [p for p in optimized if p.requires_grad]
-        optimized_ids = {id(p) for p in optimized}
-        self._outside = [
-            p for p in model.parameters() if p.requires_grad and id(p) not in optimized_ids
-        ]
         self._handles: list = []
         self._wrapped: list[tuple[object, str, object]] = []
         self._reset()
@@ -155,7 +150,7 @@ class LoopAuditor:
         self._fresh_window = True
         self._consumed: set[int] = set()
         self._prior_signal: dict[int, bool] = {}
-        self._outside_with_grad: set[int] = set()
+        self._reported_outside: set[int] = set()
         self._clip_pending = False
         self._unscaled = False
         self._scheduler_steps_since_step = 0
@@ -196,8 +191,6 @@ class LoopAuditor:
         for p in self._optimized:
             self._handles.append(p.register_hook(lambda _, p=p: self._before_accumulate(p)))
             self._handles.append(p.register_post_accumulate_grad_hook(self._after_accumulate))
-        for p in self._outside:
-            self._handles.append(p.register_post_accumulate_grad_hook(self._outside_accumulate))
         self._handles.append(self.optimizer.register_step_pre_hook(self._before_step))
         self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
         if self.scheduler is not None:
@@ -264,18 +257,16 @@ class LoopAuditor:
             else:
                 self._consumed.discard(key)  # it had been reset since that step
 
-    def _outside_accumulate(self, p: torch.Tensor) -> None:
-        self._outside_with_grad.add(id(p))
-
     def _on_backward_pass(self) -> None:
         step = self.steps + 1
         if self._clip_pending:
             self._report(
                 "clip-per-micro-batch",
                 f"gradients were clipped and then another backward() added to them before "
-                f"step {step}: each micro-batch's clip changes the window's sum, and the "
-                f"gradient step() uses is not clipped to max_norm. Clip once, after the "
-                f"window's last backward(), just before step().",
+                f"step {step}: each clip shrinks the partial sum so far, so the earlier "
+                f"micro-batches count less than the later ones and the window's gradient "
+                f"points elsewhere than the clipped full-window gradient. Clip once, after "
+                f"the window's last backward(), just before step().",
                 step,
             )
             self._clip_pending = False
@@ -423,19 +414,27 @@ class LoopAuditor:
             )
 
     def _report_outside_parameters(self, step: int | None) -> None:
-        if not self._outside_with_grad:
+        """Parameters of the model (as it is now) holding a gradient, in no param group."""
+        in_groups = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        outside = [
+            name
+            for name, p in self.model.named_parameters()
+            if p.grad is not None and id(p) not in in_groups and id(p) not in self._reported_outside
+        ]
+        if not outside:
             return
-        names = sorted(self._names.get(k, "?") for k in self._outside_with_grad)
-        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        self._reported_outside.update(
+            id(p) for name, p in self.model.named_parameters() if name in outside
+        )
+        shown = ", ".join(outside[:4]) + (", ..." if len(outside) > 4 else "")
         self._report(
             "params-not-in-optimizer",
-            f"{len(names)} parameter(s) of the model received gradients but belong to no "
+            f"{len(outside)} parameter(s) of the model received gradients but belong to no "
             f"param group of the optimizer, so step() never updates them: {shown}. Build "
-            f"the optimizer from model.parameters(), or add_param_group() for them "
-            f"(or requires_grad_(False) if they should stay frozen).",
+            f"the optimizer after the model is complete (from model.parameters()), "
+            f"add_param_group() for new layers, or requires_grad_(False) for frozen ones.",
             step,
         )
-        self._outside_with_grad.clear()
 
 
 # -------------------------------------------------- module-level pass-throughs
