@@ -135,7 +135,8 @@ class SavedTensorMeter:
 
     def _pack(self, tensor: torch.Tensor) -> _Saved:
         box = _Saved(tensor.detach())  # detached: a saved output must not point to its graph
-        if tensor.grad_fn is not None:
+        base = tensor if tensor._base is None else tensor._base  # a view of a weight is not
+        if base.grad_fn is not None:  # an activation; only what autograd computed counts
             size = tensor.untyped_storage().nbytes()
             self._saved.append((weakref.ref(box), tensor.untyped_storage().data_ptr(), size))
         return box

@@ -1,0 +1,154 @@
+"""Helpers of notebook 05: the audited runner, graph and saved-activation measures, and the
+find-the-bug checkers."""
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.audit import CODES
+from helpers.exercises.pitfalls import HINTS, LOOPS, audit_loop, check_bug_codes, show_loop
+from helpers.pitfalls import SavedTensorMeter, audited_run, graph_size, make_teacher_batches
+
+
+def plain(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+    return "done"
+
+
+def test_teacher_batches_are_seeded_and_learnable():
+    a, b = make_teacher_batches(seed=3), make_teacher_batches(seed=3)
+    assert len(a) == 12 and a[0][0].shape == (8, 8) and a[0][1].shape == (8, 1)
+    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b, strict=True))
+    run = audited_run(plain, a * 5)
+    losses = [F.mse_loss(run.model(x), y).item() for x, y in a]
+    start = audited_run(lambda m, o, bs: None, a).model
+    assert sum(losses) < 0.5 * sum(F.mse_loss(start(x), y).item() for x, y in a)
+    with pytest.raises(ValueError, match="n_batches"):
+        make_teacher_batches(n_batches=0)
+
+
+def test_audited_run_reports_result_weights_and_findings():
+    run = audited_run(plain, make_teacher_batches())
+    assert run.result == "done" and run.codes == [] and run.weight_change() > 0
+    assert run.auditor.steps == 12 and isinstance(run.optimizer, torch.optim.SGD)
+
+
+def test_audited_run_passes_scheduler_and_scaler_to_the_loop():
+    seen = {}
+
+    def loop(model, optimizer, batches, scheduler, scaler):
+        seen.update(scheduler=scheduler, scaler=scaler)
+
+    scaler = torch.amp.GradScaler("cpu")
+
+    def step_lr(optimizer):
+        return torch.optim.lr_scheduler.StepLR(optimizer, 1)
+
+    audited_run(loop, make_teacher_batches(), make_scheduler=step_lr, scaler=scaler)
+    assert isinstance(seen["scheduler"], torch.optim.lr_scheduler.StepLR)
+    assert seen["scaler"] is scaler
+
+
+def test_audited_run_refuses_bad_input():
+    with pytest.raises(TypeError, match="loop must be a function"):
+        audited_run("loop", make_teacher_batches())
+    with pytest.raises(ValueError, match="empty"):
+        audited_run(plain, [])
+
+
+def test_graph_size_counts_operations_and_grows_linearly():
+    w = torch.ones(3, requires_grad=True)
+    assert graph_size(w.detach()) == 0 and graph_size(w) == 0
+    assert graph_size((w * 2).sum()) == 2
+    total = 0
+    for _ in range(5):
+        total = total + (w * 2).sum()
+    assert graph_size(total) == 5 * 2 + 5, "5 (mul, sum) pairs and 5 additions (the first to 0)"
+    with pytest.raises(TypeError):
+        graph_size(3.0)
+
+
+def test_saved_tensor_meter_sees_held_activations_and_their_release():
+    model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 1))
+    inputs = torch.randn(10, 4)
+    with SavedTensorMeter() as meter:
+        out = model(inputs).sum()
+        held = meter.held_bytes()
+        out.backward()
+        after_backward = meter.held_bytes()
+    assert held == 10 * 32 * 4, "the ReLU output, saved by ReLU and by the next Linear, once"
+    assert after_backward == 0
+    with SavedTensorMeter() as meter, torch.no_grad():
+        model(inputs)
+        assert meter.held_bytes() == 0
+
+
+def test_meter_does_not_change_gradients():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    inputs = torch.randn(6, 4)
+    model(inputs).pow(2).sum().backward()
+    reference = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with SavedTensorMeter():
+        model(inputs).pow(2).sum().backward()
+    assert all(torch.equal(p.grad, r) for p, r in zip(model.parameters(), reference, strict=True))
+
+
+EXPECTED = {
+    "A": {"graph-kept-alive"},
+    "B": {"clip-per-micro-batch", "scheduler-per-micro-batch", "leftover-gradients"},
+    "C": {"params-not-in-optimizer"},
+    "D": set(),
+    "E": {"unscale-after-clip"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_find_the_bug_loops_report_what_the_solutions_say(name, strict_checks):
+    assert set(audit_loop(name).codes) == EXPECTED[name]
+    assert check_bug_codes(name, EXPECTED[name]).passed
+
+
+@pytest.mark.parametrize(
+    ("name", "answer", "hint"),
+    [
+        ("A", set(), "running_loss += loss"),
+        ("A", {"graph-kept-alive", "missing-zero-grad"}, "every step() is followed by zero_grad"),
+        ("B", {"clip-per-micro-batch", "scheduler-per-micro-batch"}, "last 2 backward"),
+        ("B", {"clip-per-micro-batch", "leftover-gradients"}, "k times per optimizer step"),
+        ("C", {"zero-grad-before-step"}, "new head is created after the optimizer"),
+        ("C", {"params-not-in-optimizer", "zero-grad-before-step"}, "never runs between"),
+        ("D", {"leftover-gradients"}, "no backward() is left without a step()"),
+        ("E", {"clip-per-micro-batch"}, "before scaler.unscale_"),
+        ("E", {"unscale-after-clip", "graph-kept-alive"}, "nothing in loop E"),
+        ("A", {"graph-kept-alive", "zero-grad"}, "'zero-grad' is not a finding code"),
+    ],
+)
+def test_wrong_answers_get_a_specific_hint(name, answer, hint):
+    result = check_bug_codes(name, answer)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_check_bug_codes_accepts_strings_and_explains_loop_d():
+    assert check_bug_codes("a", "graph-kept-alive").passed
+    result = check_bug_codes("D", set())
+    assert result.passed and "half the gradient" in result.message
+    assert not check_bug_codes("A", ...).passed
+    with pytest.raises(ValueError, match="one of A, B, C, D, E"):
+        check_bug_codes("F", set())
+    with pytest.raises(TypeError, match="set of names"):
+        check_bug_codes("A", 3)
+
+
+def test_show_loop_prints_the_source(capsys):
+    show_loop("C")
+    assert "model[-1] = nn.Linear(16, 1)" in capsys.readouterr().out
+
+
+def test_hints_name_real_codes():
+    hinted = {code for hints in HINTS.values() for code in hints}
+    assert hinted <= set(CODES)
