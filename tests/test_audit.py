@@ -433,3 +433,28 @@ def test_scheduler_and_scaler_are_checked():
         LoopAuditor(model, opt, scheduler=torch.optim.lr_scheduler.StepLR(other, 1))
     with pytest.raises(TypeError, match="GradScaler"):
         LoopAuditor(model, opt, scaler="scaler")
+
+
+def test_the_readme_example_runs_and_finds_a_dropped_tail(capsys):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Check your own training loop", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def train_one_epoch(model, optimizer, loader):  # 10 micro-batches, k=4: the tail is dropped
+        accumulation_dropping_tail(model, optimizer, {})
+
+    namespace = {
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1),
+        "scaler": torch.amp.GradScaler("cpu", enabled=False),
+        "epochs": 1,
+        "loader": None,
+        "train_one_epoch": train_one_epoch,
+    }
+    exec(compile(example, "README example", "exec"), namespace)
+    assert capsys.readouterr().out.startswith("leftover-gradients (after the loop)")
