@@ -17,6 +17,7 @@ when the ``with`` block ends, even on an error.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ def _has_signal(tensors: Iterable[torch.Tensor]) -> bool:
     return any(t.grad is not None and bool(t.grad.any()) for t in tensors)
 
 
-def _graph_nodes_near_root(root: torch.autograd.graph.Node, depth: int = 2) -> list:
+def _graph_nodes_near_root(root: torch.autograd.graph.Node, depth: int = 4) -> list:
     """The root and the nodes up to ``depth`` edges below it, leaf accumulators excluded."""
     nodes, frontier = [root], [root]
     for _ in range(depth):
@@ -84,8 +85,14 @@ class LoopAuditor:
 
     ``accumulation_steps`` is the number of micro-batches per optimizer step your loop
     intends (1 without accumulation); pass the ``scheduler`` and the GradScaler ``scaler``
-    if the loop uses them. For two optimizers (a GAN), use one auditor each, with the model
-    each one trains. The codes it can report are the keys of :data:`CODES`.
+    if the loop uses them. For two optimizers (a GAN, or one model split between two
+    optimizers), use one auditor each, with the module each one trains. The codes it can
+    report are the keys of :data:`CODES`.
+
+    Limits: it cannot see how a loss was scaled, the model's train/eval mode, graphs that
+    never reach ``backward()``, parameters added after the block started, or a clipping
+    function imported by name before the block (``from torch.nn.utils import
+    clip_grad_value_``); optimizer steps with a closure (LBFGS) are not checked.
     """
 
     def __init__(
@@ -122,8 +129,10 @@ class LoopAuditor:
                 "built from this model's parameters (for a GAN, one auditor per optimizer)"
             )
         if scheduler is not None:
-            if not callable(getattr(scheduler, "step", None)):
-                raise TypeError(f"scheduler must have a step() method, got {scheduler!r}")
+            if not isinstance(getattr(scheduler, "last_epoch", None), int):
+                raise TypeError(
+                    f"scheduler must be a torch.optim.lr_scheduler scheduler, got {scheduler!r}"
+                )
             if getattr(scheduler, "optimizer", optimizer) is not optimizer:
                 raise ValueError("the scheduler was built for another optimizer than this one")
         if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
@@ -137,25 +146,31 @@ class LoopAuditor:
         self._optimized = [p for p in optimized if p.requires_grad]
         self._handles: list = []
         self._wrapped: list[tuple[object, str, object]] = []
+        self._inside = False
         self._reset()
 
     # ----------------------------------------------------------------- state
     def _reset(self) -> None:
         self._found: dict[str, Finding] = {}
         self.steps = 0  #: optimizer steps taken inside the audit
-        self.backward_passes = 0  #: backward() calls that reached the optimizer's parameters
+        self.backward_passes = 0  #: backward passes that added to the optimizer's parameters
         self._graph_tasks = 0
         self._seen_task = 0
         self._passes_since_step = 0
-        self._fresh_window = True
-        self._consumed: set[int] = set()
-        self._prior_signal: dict[int, bool] = {}
+        # Per parameter (by id), since the last step or the last reset of its .grad: whether
+        # its gradient started clean ("fresh") or on top of one a step had used ("stale").
+        self._window: dict[int, str] = {}
+        self._version: dict[int, int] = {}  # .grad._version after the last accumulation
+        self._consumed: set[int] = set()  # held a gradient when the last step ran
+        self._pending: dict[int, tuple[int, bool, bool]] = {}
+        self._discarded_at: int | None = None  # passes since the last step, when a reset lost some
+        self._in_closure_step = False
+        self._known_optimized: set[int] = set()
         self._reported_outside: set[int] = set()
         self._clip_pending = False
         self._unscaled = False
-        self._scheduler_steps_since_step = 0
+        self._scheduler_mark = self._scheduler_count()
         self._graphs: list[tuple[int, weakref.ref]] = []
-        self._inside = False
 
     @property
     def findings(self) -> list[Finding]:
@@ -193,8 +208,6 @@ class LoopAuditor:
             self._handles.append(p.register_post_accumulate_grad_hook(self._after_accumulate))
         self._handles.append(self.optimizer.register_step_pre_hook(self._before_step))
         self._handles.append(self.optimizer.register_step_post_hook(self._after_step))
-        if self.scheduler is not None:
-            self._wrap(self.scheduler, "step", after=self._on_scheduler_step)
         if self.scaler is not None:
             self._wrap(self.scaler, "unscale_", after=self._on_unscale)
             self._wrap(self.scaler, "update", after=self._on_update)
@@ -238,24 +251,42 @@ class LoopAuditor:
         setattr(owner, name, wrapper)
         self._wrapped.append((owner, name, previous))
 
-    # ---------------------------------------------------------------- hooks
+    # ------------------------------------------------------- gradient state
+    def _was_reset(self, p: torch.Tensor) -> bool:
+        """Whether ``p.grad`` was reset since its last accumulation: set to None, or changed
+        in place (``zero_()``) and now all zeros."""
+        grad = p.grad
+        if grad is None:
+            return True
+        return grad._version != self._version.get(id(p)) and not bool(grad.any())
+
     def _on_graph_task(self, _grad) -> None:
         self._graph_tasks += 1
 
     def _before_accumulate(self, p: torch.Tensor) -> None:
-        if id(p) in self._consumed:
-            self._prior_signal[id(p)] = p.grad is not None and bool(p.grad.any())
+        """Note what ``.grad`` holds before this backward adds to it; applied in
+        :meth:`_after_accumulate`, since ``torch.autograd.grad`` runs this hook too but
+        accumulates nothing."""
+        key = id(p)
+        reset = key in self._window and self._was_reset(p)
+        grad = p.grad
+        stale = key in self._consumed and grad is not None and bool(grad.any())
+        self._pending[key] = (self._graph_tasks, reset, stale)
 
     def _after_accumulate(self, p: torch.Tensor) -> None:
         if self._seen_task != self._graph_tasks:  # first parameter of a new backward pass
             self._seen_task = self._graph_tasks
             self._on_backward_pass()
         key = id(p)
-        if key in self._consumed:
-            if self._prior_signal.pop(key, True):
-                self._fresh_window = False  # added on top of a used gradient
-            else:
-                self._consumed.discard(key)  # it had been reset since that step
+        task, reset, stale = self._pending.pop(key, (None, False, False))
+        if task == self._graph_tasks:
+            if reset and self._window.pop(key) == "fresh" and not self._in_closure_step:
+                self._discarded_at = self._passes_since_step - 1  # passes whose grads were lost
+            if key not in self._window:
+                if not stale:
+                    self._consumed.discard(key)
+                self._window[key] = "stale" if stale else "fresh"
+        self._version[key] = p.grad._version
 
     def _on_backward_pass(self) -> None:
         step = self.steps + 1
@@ -272,13 +303,63 @@ class LoopAuditor:
             self._clip_pending = False
         self.backward_passes += 1
         self._passes_since_step += 1
-        if self._passes_since_step == 1:
-            self._fresh_window = True
 
+    def _report_discarded(self, step: int | None) -> None:
+        """Gradients that started clean after the last step were reset before a step used
+        them. A full window after the reset means a short window was zeroed away
+        (``leftover-gradients``); otherwise the reset sat inside the window."""
+        lost, self._discarded_at = self._discarded_at, None
+        if lost is None:
+            return
+        k = self.accumulation_steps
+        after = self._passes_since_step - lost
+        if k > 1 and (after >= k or step is None):
+            self._report(
+                "leftover-gradients",
+                f"the gradients of {lost} backward pass(es) after step {self.steps} were reset "
+                f"before any step() used them: a short last window (accumulation_steps={k}) "
+                f"was zeroed away, for example by a zero_grad() at the start of the next "
+                f"epoch. Step once more on the short window, scaled by its real size.",
+                step,
+            )
+        else:
+            self._report(
+                "zero-grad-before-step",
+                f"the gradients of {lost} backward pass(es) were reset before step "
+                f"{self.steps + 1} could use them: a zero_grad() inside the accumulation "
+                f"window (accumulation_steps={k}) or between losses, so that step saw only "
+                f"the last micro-batch. Zero the gradients once per window, right after step().",
+                self.steps + 1,
+            )
+
+    # ------------------------------------------------------------------ step
     def _before_step(self, optimizer, args, kwargs) -> None:
         step = self.steps + 1
+        self._check_scheduler(step)
         self._check_graphs(older_than=self.steps - 1, step=step)
+        self._report_outside_parameters(step)
+        if len(args) > 1 or kwargs.get("closure") is not None:  # args[0] is the optimizer
+            self._in_closure_step = True  # forward and backward run inside step()
+            return
+        self._report_discarded(step)
         by_id = {id(p): p for p in self._optimized}
+        touched = [by_id[k] for k in self._window if k in by_id]
+        if self._passes_since_step and touched and all(self._was_reset(p) for p in touched):
+            none = all(p.grad is None for p in touched)
+            effect = (
+                "every .grad was None, so step() skipped every parameter"
+                if none
+                else "every .grad was zeros: plain SGD stays put, but weight decay (and "
+                "momentum or Adam state from earlier steps) still move the parameters"
+            )
+            self._report(
+                "zero-grad-before-step",
+                f"the gradients were reset after the last backward() and before step "
+                f"{step}: {effect}, and that backward() was wasted. Zero the gradients after "
+                f"step() (or before the next backward()), never between backward() and step().",
+                step,
+            )
+            return
         stale = [by_id[k] for k in self._consumed if k in by_id and _has_signal([by_id[k]])]
         if stale:
             self._report(
@@ -289,57 +370,51 @@ class LoopAuditor:
                 f"Call optimizer.zero_grad() after every step().",
                 step,
             )
-        if not _has_signal(self._optimized):
-            all_none = all(p.grad is None for p in self._optimized)
-            if self._passes_since_step:
-                effect = (
-                    "every .grad was None, so step() skipped every parameter and the "
-                    "backward pass was wasted"
-                    if all_none
-                    else "every .grad was zeros: plain SGD stays put, but momentum, weight "
-                    "decay and Adam still move the parameters, with no gradient behind it"
-                )
-                self._report(
-                    "zero-grad-before-step",
-                    f"the gradients were reset after the last backward() and before step "
-                    f"{step}: {effect}. Zero the gradients after step() (or before the "
-                    f"next backward()), never between backward() and step().",
-                    step,
-                )
-            elif all_none:
-                self._report(
-                    "step-without-grad",
-                    f"step {step} ran while every parameter's .grad was None: no backward() "
-                    f"reached the optimizer's parameters since the last step, so nothing was "
-                    f"updated. Call loss.backward() before optimizer.step(), on a loss that "
-                    f"depends on these parameters.",
-                    step,
-                )
-        self._report_outside_parameters(step)
+        elif not self._passes_since_step and not _has_signal(self._optimized):
+            none = all(p.grad is None for p in self._optimized)
+            effect = (
+                "every .grad was None, so nothing was updated"
+                if none
+                else "every .grad was zeros, yet weight decay and momentum still moved the "
+                "parameters"
+            )
+            self._report(
+                "step-without-grad",
+                f"step {step} ran with no backward() since the last step: {effect}. Call "
+                f"loss.backward() before optimizer.step(), on a loss that depends on these "
+                f"parameters.",
+                step,
+            )
 
     def _after_step(self, optimizer, args, kwargs) -> None:
         self.steps += 1
+        self._in_closure_step = False
         self._end_window()
         self._consumed = {id(p) for p in self._optimized if p.grad is not None}
-        self._prior_signal.clear()
 
     def _end_window(self) -> None:
         self._passes_since_step = 0
-        self._fresh_window = True
+        self._window.clear()
+        self._discarded_at = None
         self._clip_pending = False
-        self._scheduler_steps_since_step = 0
+        self._scheduler_mark = self._scheduler_count()
 
-    def _on_scheduler_step(self, args, state) -> None:
-        self._scheduler_steps_since_step += 1
-        if self._scheduler_steps_since_step > 1:
+    # ------------------------------------------- scheduler, scaler, clipping
+    def _scheduler_count(self) -> int:
+        return self.scheduler.last_epoch if self.scheduler is not None else 0
+
+    def _check_scheduler(self, step: int | None) -> None:
+        extra = self._scheduler_count() - self._scheduler_mark
+        if extra > 1:
             self._report(
                 "scheduler-per-micro-batch",
-                f"scheduler.step() ran {self._scheduler_steps_since_step} times without an "
-                f"optimizer step in between (before step {self.steps + 1}): the learning-rate "
-                f"schedule runs accumulation_steps={self.accumulation_steps} times too fast. "
-                f"Call scheduler.step() once, right after optimizer.step().",
-                self.steps + 1,
+                f"scheduler.step() ran {extra} times between two optimizer steps (before "
+                f"{'step ' + str(step) if step else 'the end'}): the learning-rate schedule "
+                f"runs {extra} times too fast. Call scheduler.step() once, right after "
+                f"optimizer.step().",
+                step,
             )
+            self._scheduler_mark = self._scheduler_count()
 
     def _on_unscale(self, args, state) -> None:
         if args and args[0] is self.optimizer:
@@ -357,8 +432,8 @@ class LoopAuditor:
 
     def _on_clip(self, parameters: list[torch.Tensor], function: str) -> None:
         ours = {id(p) for p in self._optimized}
-        if not any(id(p) in ours for p in parameters):
-            return
+        if not self._passes_since_step or not any(id(p) in ours for p in parameters):
+            return  # nothing accumulated since the last step: not a window's gradient
         step = self.steps + 1
         self._clip_pending = True
         if self.scaler is not None and self.scaler.is_enabled() and not self._unscaled:
@@ -371,6 +446,7 @@ class LoopAuditor:
                 step,
             )
 
+    # ---------------------------------------------------------------- graphs
     def _on_backward_call(self, roots: Sequence[torch.Tensor]) -> None:
         for root in roots:
             if isinstance(root, torch.Tensor) and root.grad_fn is not None:
@@ -380,25 +456,37 @@ class LoopAuditor:
                 self._graphs.append((self.steps, weakref.ref(sentinel)))
 
     def _check_graphs(self, older_than: int, step: int | None) -> None:
-        """Report graphs backpropagated before step ``older_than + 1`` that are still alive."""
+        """Report when graphs backpropagated before ``older_than`` steps ago, from at least
+        three different steps, are all still alive: the mark of graphs piling up (one
+        variable that lingers a few steps holds one)."""
         alive = [(s, ref) for s, ref in self._graphs if ref() is not None]
-        kept = [s for s, _ in alive if s < older_than]
-        if kept:
+        old_steps = sorted({s for s, _ in alive if s < older_than})
+        if len(old_steps) >= 3:
             self._report(
                 "graph-kept-alive",
-                f"the graph of a loss backpropagated before step {kept[0] + 1} was still "
-                f"alive {'at step ' + str(step) if step else 'when the loop ended'}: "
-                f"something still references that loss (for example `total_loss += loss`), "
-                f"so every iteration's graph piles up. Keep loss.item() (or loss.detach()) "
-                f"for logging instead.",
+                f"the graphs of losses from {len(old_steps)} earlier steps (the first before "
+                f"step {old_steps[0] + 1}) were still alive "
+                f"{'at step ' + str(step) if step else 'when the loop ended'}: something "
+                f"keeps every iteration's loss (for example `total_loss += loss`), so the "
+                f"graphs pile up. Keep loss.item() (or loss.detach()) for logging instead.",
                 step,
             )
-        self._graphs = [(s, ref) for s, ref in alive if s >= older_than]
+            alive = [(s, ref) for s, ref in alive if s >= older_than]
+        self._graphs = alive
 
+    # ------------------------------------------------------------ the end
     def _finish(self) -> None:
+        self._check_scheduler(None)
         self._check_graphs(older_than=self.steps - 1, step=None)
         self._report_outside_parameters(None)
-        if self._passes_since_step and self._fresh_window and _has_signal(self._optimized):
+        by_id = {id(p): p for p in self._optimized}
+        fresh = [by_id[k] for k, state in self._window.items() if state == "fresh" and k in by_id]
+        if self._passes_since_step and fresh and all(self._was_reset(p) for p in fresh):
+            self._discarded_at = self._passes_since_step  # zeroed after the last backward
+        if self._discarded_at is not None:
+            self._report_discarded(None)
+            return
+        if self._passes_since_step and fresh:
             k = self.accumulation_steps
             self._report(
                 "leftover-gradients",
@@ -414,22 +502,28 @@ class LoopAuditor:
             )
 
     def _report_outside_parameters(self, step: int | None) -> None:
-        """Parameters of the model (as it is now) holding a gradient, in no param group."""
-        in_groups = {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+        """Parameters of the model (as it is now) holding a gradient, in no param group of
+        this optimizer or of another auditor's optimizer."""
+        self._known_optimized |= {
+            id(p)
+            for auditor in [self, *_ACTIVE]
+            for group in auditor.optimizer.param_groups
+            for p in group["params"]
+        }
+        in_groups = self._known_optimized
         outside = [
-            name
+            (name, p)
             for name, p in self.model.named_parameters()
             if p.grad is not None and id(p) not in in_groups and id(p) not in self._reported_outside
         ]
         if not outside:
             return
-        self._reported_outside.update(
-            id(p) for name, p in self.model.named_parameters() if name in outside
-        )
-        shown = ", ".join(outside[:4]) + (", ..." if len(outside) > 4 else "")
+        self._reported_outside.update(id(p) for _, p in outside)
+        names = [name for name, _ in outside]
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         self._report(
             "params-not-in-optimizer",
-            f"{len(outside)} parameter(s) of the model received gradients but belong to no "
+            f"{len(names)} parameter(s) of the model received gradients but belong to no "
             f"param group of the optimizer, so step() never updates them: {shown}. Build "
             f"the optimizer after the model is complete (from model.parameters()), "
             f"add_param_group() for new layers, or requires_grad_(False) for frozen ones.",
@@ -440,7 +534,26 @@ class LoopAuditor:
 # -------------------------------------------------- module-level pass-throughs
 _ACTIVE: list[LoopAuditor] = []
 _ORIGINALS: dict[tuple[object, str], object] = {}
-_CLIP_FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
+# (module, name, the argument that holds the limit): every public way to clip gradients.
+_CLIP_FUNCTIONS = [
+    (module, name, limit)
+    for module in (torch.nn.utils, torch.nn.utils.clip_grad)
+    for name, limit in (
+        ("clip_grad_norm_", "max_norm"),
+        ("clip_grad_value_", "clip_value"),
+        ("clip_grads_with_norm_", "max_norm"),
+        ("_clip_grads_with_norm_", "max_norm"),
+    )
+    if hasattr(module, name)
+]
+_clip_depth = [0]  # clip_grad_norm_ calls _clip_grads_with_norm_: report the outer call only
+
+
+def _clips(limit_name: str, args: tuple, kwargs: dict) -> bool:
+    """False for a call that cannot change a gradient: an infinite limit (a call that only
+    measures the norm)."""
+    limit = args[0] if args else kwargs.get(limit_name)
+    return not (isinstance(limit, (int, float)) and math.isinf(limit))
 
 
 def _install_patches() -> None:
@@ -454,20 +567,24 @@ def _install_patches() -> None:
 
     _ORIGINALS[(torch.autograd, "backward")] = backward
     torch.autograd.backward = audited_backward
-    for name in _CLIP_FUNCTIONS:
-        clip = getattr(torch.nn.utils.clip_grad, name)
+    for module, name, limit in _CLIP_FUNCTIONS:
+        clip = getattr(module, name)
 
-        def audited_clip(parameters, *args, _clip=clip, _name=name, **kwargs):
+        def audited_clip(parameters, *args, _clip=clip, _name=name, _limit=limit, **kwargs):
             if isinstance(parameters, torch.Tensor):
                 parameters = [parameters]
             parameters = list(parameters)
-            for auditor in list(_ACTIVE):
-                auditor._on_clip(parameters, _name)
-            return _clip(parameters, *args, **kwargs)
+            if _clip_depth[0] == 0 and _clips(_limit, args, kwargs):
+                for auditor in list(_ACTIVE):
+                    auditor._on_clip(parameters, _name.lstrip("_"))
+            _clip_depth[0] += 1
+            try:
+                return _clip(parameters, *args, **kwargs)
+            finally:
+                _clip_depth[0] -= 1
 
-        for module in (torch.nn.utils, torch.nn.utils.clip_grad):
-            _ORIGINALS[(module, name)] = getattr(module, name)
-            setattr(module, name, audited_clip)
+        _ORIGINALS[(module, name)] = clip
+        setattr(module, name, audited_clip)
 
 
 def _remove_patches() -> None:

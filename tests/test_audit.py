@@ -458,3 +458,153 @@ def test_the_readme_example_runs_and_finds_a_dropped_tail(capsys):
     }
     exec(compile(example, "README example", "exec"), namespace)
     assert capsys.readouterr().out.startswith("leftover-gradients (after the loop)")
+
+
+# --------------------------------------------- cases found by review: bugs and correct loops
+def zero_grad_every_micro_batch(model, opt, _):
+    for i, batch in enumerate(batches(n=8)):
+        opt.zero_grad()  # destroys the accumulation
+        (loss_of(model, batch) / K).backward()
+        if (i + 1) % K == 0:
+            opt.step()
+
+
+def forgot_backward_with_zeros(model, opt, _):
+    for batch in batches():
+        opt.zero_grad(set_to_none=False)
+        loss_of(model, batch)
+        opt.step()
+
+
+def tails_zeroed_at_epoch_start(model, opt, _):
+    for _epoch in range(2):
+        opt.zero_grad()
+        for i, batch in enumerate(batches()):
+            (loss_of(model, batch) / K).backward()
+            if (i + 1) % K == 0:
+                opt.step()
+                opt.zero_grad()
+    opt.zero_grad()
+
+
+def outputs_kept_under_scaler(model, opt, extras):
+    outputs, scaler = [], extras["scaler"]
+    for batch in batches():
+        opt.zero_grad()
+        out = model(batch[0])
+        scaler.scale(nn.functional.mse_loss(out, batch[1]) / 2).backward()
+        scaler.step(opt)
+        scaler.update()
+        outputs.append(out)  # keeps each graph
+
+
+@pytest.mark.parametrize(
+    ("code", "loop", "options"),
+    [
+        ("zero-grad-before-step", zero_grad_every_micro_batch, {"k": K}),
+        ("step-without-grad", forgot_backward_with_zeros, {}),
+        ("leftover-gradients", tails_zeroed_at_epoch_start, {"k": K}),
+        ("graph-kept-alive", outputs_kept_under_scaler, {"scaler": True}),
+    ],
+)
+def test_subtler_variants_of_the_bugs_are_caught(code, loop, options):
+    auditor, _ = run(loop, **options)
+    assert auditor.codes == [code], str(auditor)
+
+
+def measure_norm_every_micro_batch(model, opt, _):
+    opt.zero_grad()
+    for i, batch in enumerate(batches(n=8)):
+        (loss_of(model, batch) / K).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))  # only measures
+        if (i + 1) % K == 0:
+            opt.step()
+            opt.zero_grad()
+
+
+def loss_with_zero_gradient(model, opt, _):
+    for i, (inputs, targets) in enumerate(batches()):
+        opt.zero_grad()
+        error = nn.functional.mse_loss(model(inputs), targets, reduction="none")
+        mask = torch.zeros_like(error) if i == 3 else torch.ones_like(error)  # all padding
+        ((error * mask).sum() / mask.sum().clamp(min=1)).backward()
+        opt.step()
+
+
+def per_task_gradients_then_backward(model, opt, _):
+    for inputs, targets in batches():
+        opt.zero_grad()
+        out = model(inputs)
+        loss_a, loss_b = nn.functional.mse_loss(out, targets), out.abs().mean()
+        torch.autograd.grad(loss_a, list(model.parameters()), retain_graph=True)
+        (loss_a + loss_b).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [measure_norm_every_micro_batch, loss_with_zero_gradient, per_task_gradients_then_backward],
+)
+def test_correct_loops_that_look_odd_report_nothing(loop):
+    auditor, _ = run(loop, k=K)
+    assert auditor.findings == [], str(auditor)
+
+
+def test_lbfgs_with_a_closure_reports_nothing():
+    model = make_model()
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=4)
+    with LoopAuditor(model, opt) as auditor:
+        for batch in batches(n=3):
+
+            def closure(batch=batch):
+                opt.zero_grad()
+                loss = loss_of(model, batch)
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+    assert auditor.findings == [] and auditor.steps == 3
+
+
+def test_one_model_split_between_two_audited_optimizers_reports_nothing():
+    model = make_model()
+    first = torch.optim.SGD(model[0].parameters(), lr=0.05)
+    second = torch.optim.Adam(model[2].parameters(), lr=0.01)
+    with LoopAuditor(model, first) as a, LoopAuditor(model, second) as b:
+        for batch in batches():
+            first.zero_grad()
+            second.zero_grad()
+            loss_of(model, batch).backward()
+            first.step()
+            second.step()
+    assert a.findings == [] and b.findings == []
+
+
+def test_scheduler_state_can_be_saved_inside_the_block():
+    import io
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 1)
+    with LoopAuditor(model, opt, scheduler=scheduler) as auditor:
+        plain(model, opt, {})
+        scheduler.step()
+        torch.save({"scheduler": scheduler.state_dict(), "model": model}, io.BytesIO())
+    assert auditor.findings == []
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.nn.utils, "clip_grads_with_norm_"), reason="torch < 2.6 has no such API"
+)
+def test_clipping_with_a_precomputed_norm_is_watched_too():
+    def clip_each(model, opt, _):
+        opt.zero_grad()
+        for batch in batches(n=4):
+            (loss_of(model, batch) / K).backward()
+            params = list(model.parameters())
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+            torch.nn.utils.clip_grads_with_norm_(params, 0.1, norm)
+        opt.step()
+
+    auditor, _ = run(clip_each, k=K)
+    assert auditor.codes == ["clip-per-micro-batch"] and auditor.findings[0].count == 3
