@@ -7,7 +7,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.audit import CODES
-from helpers.exercises.pitfalls import HINTS, LOOPS, audit_loop, check_bug_codes, show_loop
+from helpers.exercises.pitfalls import (
+    LOOPS,
+    MISSING,
+    NOT_THERE,
+    audit_loop,
+    check_bug_codes,
+    show_loop,
+)
 from helpers.pitfalls import SavedTensorMeter, audited_run, graph_size, make_teacher_batches
 
 
@@ -116,15 +123,16 @@ def test_find_the_bug_loops_report_what_the_solutions_say(name, strict_checks):
 @pytest.mark.parametrize(
     ("name", "answer", "hint"),
     [
-        ("A", set(), "running_loss += loss"),
-        ("A", {"graph-kept-alive", "missing-zero-grad"}, "every step() is followed by zero_grad"),
-        ("B", {"clip-per-micro-batch", "scheduler-per-micro-batch"}, "last 2 backward"),
-        ("B", {"clip-per-micro-batch", "leftover-gradients"}, "k times per optimizer step"),
-        ("C", {"zero-grad-before-step"}, "new head is created after the optimizer"),
-        ("C", {"params-not-in-optimizer", "zero-grad-before-step"}, "never runs between"),
-        ("D", {"leftover-gradients"}, "no backward() is left without a step()"),
-        ("E", {"clip-per-micro-batch"}, "before scaler.unscale_"),
-        ("E", {"unscale-after-clip", "graph-kept-alive"}, "nothing in loop E"),
+        ("A", set(), "is running_loss a number"),
+        ("A", {"graph-kept-alive", "missing-zero-grad"}, "at the top of every iteration"),
+        ("B", {"clip-per-micro-batch", "scheduler-per-micro-batch"}, "the last 2"),
+        ("B", {"clip-per-micro-batch", "leftover-gradients"}, "between two optimizer steps"),
+        ("C", {"zero-grad-before-step"}, "Which parameters does it hold"),
+        ("C", {"params-not-in-optimizer", "zero-grad-before-step"}, "not between"),
+        ("D", {"leftover-gradients"}, "what it was divided by"),
+        ("E", set(), "when does unscale_ divide"),
+        ("E", {"unscale-after-clip", "clip-per-micro-batch"}, "clipping each one is right"),
+        ("E", {"unscale-after-clip", "graph-kept-alive"}, "nothing in loop E matches it"),
         ("A", {"graph-kept-alive", "zero-grad"}, "'zero-grad' is not a finding code"),
     ],
 )
@@ -135,6 +143,7 @@ def test_wrong_answers_get_a_specific_hint(name, answer, hint):
 
 def test_check_bug_codes_accepts_strings_and_explains_loop_d():
     assert check_bug_codes("a", "graph-kept-alive").passed
+    assert check_bug_codes("D", "none").passed
     result = check_bug_codes("D", set())
     assert result.passed and "half the gradient" in result.message
     assert not check_bug_codes("A", ...).passed
@@ -150,5 +159,12 @@ def test_show_loop_prints_the_source(capsys):
 
 
 def test_hints_name_real_codes():
-    hinted = {code for hints in HINTS.values() for code in hints}
-    assert hinted <= set(CODES)
+    for name, hints in MISSING.items():
+        assert set(hints) == EXPECTED[name], "every code a loop has gets a hint"
+    assert {code for reasons in NOT_THERE.values() for code in reasons} <= set(CODES)
+
+
+def test_hints_do_not_give_the_code_away():
+    for hints in MISSING.values():
+        for code, hint in hints.items():
+            assert code not in hint

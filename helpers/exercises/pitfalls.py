@@ -73,35 +73,51 @@ def loop_e(model, optimizer, batches, scaler):
 
 LOOPS = {"A": loop_a, "B": loop_b, "C": loop_c, "D": loop_d, "E": loop_e}
 
-# Why each code is (or is not) in a loop: the hint for a learner who left it out or added it.
-HINTS = {
+# A hint for each code a loop has, for a learner who left it out: it points at the line
+# and asks a question, without naming the code or the fix.
+MISSING = {
     "A": {
-        "graph-kept-alive": "`running_loss += loss` adds the loss tensor, graph and all, so "
-        "every iteration's graph stays reachable from running_loss. Add loss.item().",
+        "graph-kept-alive": "look at the last line of the loop body: after 10 iterations, "
+        "is running_loss a number, or a tensor that still points to every loss's graph?",
     },
     "B": {
-        "leftover-gradients": "10 micro-batches with k=4: the last 2 backward() calls are "
-        "never followed by step().",
-        "clip-per-micro-batch": "clip_grad_norm_ runs after every backward(), also on the "
-        "micro-batches that step() does not follow.",
-        "scheduler-per-micro-batch": "scheduler.step() sits in the micro-batch loop: it runs "
-        "k times per optimizer step.",
+        "leftover-gradients": "count: 10 micro-batches, a step every k=4. What happens to "
+        "the gradients of the last 2?",
+        "clip-per-micro-batch": "when does clip_grad_norm_ run: once per window, or after "
+        "every backward()?",
+        "scheduler-per-micro-batch": "how many times does scheduler.step() run between two "
+        "optimizer steps?",
     },
     "C": {
-        "params-not-in-optimizer": "the new head is created after the optimizer, so its "
-        "parameters are in no param group: they get gradients but never move.",
+        "params-not-in-optimizer": "the optimizer was built before the loop function ran. "
+        "Which parameters does it hold, and which ones get gradients?",
     },
     "D": {},
     "E": {
-        "unscale-after-clip": "clip_grad_norm_ runs before scaler.unscale_(optimizer), on "
-        "gradients still multiplied by the scale.",
+        "unscale-after-clip": "with a GradScaler, what do the gradients hold when "
+        "clip_grad_norm_ runs, and when does unscale_ divide the scale out?",
     },
 }
+# Why a code a learner added is not reported, per loop (else a general reason).
 NOT_THERE = {
-    "zero-grad-before-step": "zero_grad() never runs between a backward() and its step() here.",
-    "missing-zero-grad": "every step() is followed by zero_grad() before the next backward().",
-    "leftover-gradients": "no backward() is left without a step() at the end.",
+    "A": {"missing-zero-grad": "zero_grad() runs at the top of every iteration."},
+    "B": {"missing-zero-grad": "zero_grad() follows every step()."},
+    "C": {
+        "missing-zero-grad": "zero_grad() runs before every backward(), after the forward "
+        "pass, which is fine.",
+        "zero-grad-before-step": "zero_grad() runs before backward(), not between "
+        "backward() and step().",
+    },
+    "D": {
+        "leftover-gradients": "the short last window is stepped after the loop; ask "
+        "instead what it was divided by.",
+    },
+    "E": {
+        "clip-per-micro-batch": "without accumulation every backward() is followed by "
+        "step(), so clipping each one is right."
+    },
 }
+EMPTY_ANSWERS = {"none", "nothing", "no findings", "empty"}
 
 
 def show_loop(name: str) -> None:
@@ -135,21 +151,26 @@ def audit_loop(name: str) -> AuditedRun:
 
 
 def check_bug_codes(name: str, answer) -> CheckResult:
-    """Exercises 05.2 to 05.6: ``answer`` is the set of codes the auditor reports for loop
-    ``name`` (an empty set when it reports nothing)."""
+    """Exercises 05.1 to 05.5: ``answer`` is the set of codes the auditor reports for loop
+    ``name`` (an empty set, or "none", when it reports nothing)."""
     _loop(name)
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
+    if isinstance(answer, str) and answer.strip().lower() in EMPTY_ANSWERS:
+        answer = set()
     codes = as_names(answer, '{"missing-zero-grad"} (or set() for none)')
     unknown = sorted(codes - set(CODES))
     if unknown:
         return wrong(f"{unknown[0]!r} is not a finding code; the codes are: {', '.join(CODES)}.")
     expected = set(audit_loop(name).codes)
-    hints = HINTS[name.upper()]
-    for code in sorted(expected - codes):
-        return wrong(f"the auditor also reports {code}: {hints[code]}")
+    name = name.upper()
+    missing = sorted(expected - codes)
+    if missing:
+        return wrong(
+            f"the auditor reports {len(missing)} more code(s). {MISSING[name][missing[0]]}"
+        )
     for code in sorted(codes - expected):
-        reason = NOT_THERE.get(code, f"nothing in loop {name} does what {code} describes.")
+        reason = NOT_THERE[name].get(code, f"nothing in loop {name} matches it ({CODES[code]}).")
         return wrong(f"the auditor does not report {code} here: {reason}")
     if not expected:
         return correct(
