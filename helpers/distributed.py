@@ -1,0 +1,123 @@
+"""Launching a small multi-process PyTorch program from a notebook, with ``torchrun``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from helpers.data import _positive_int
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pick_backend(nproc: int) -> str:
+    """``nccl`` when there is one CUDA GPU per process, else ``gloo`` (processes on the CPU)."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= nproc:
+        return "nccl" if torch.distributed.is_nccl_available() else "gloo"
+    return "gloo"
+
+
+def torchrun_command(module: str, nproc: int, args: list[str], port: int) -> list[str]:
+    """``python -m torch.distributed.run`` (what the ``torchrun`` script runs) on one node."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "-m",
+        module,
+        *args,
+    ]
+
+
+def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -> str:
+    """Run ``module`` in ``nproc`` processes under torchrun and return its output.
+
+    The processes get one thread each, the repository on their path, a free port on
+    127.0.0.1, and their own process group, which is killed as a whole on timeout or
+    interrupt. Raises ``RuntimeError`` with the end of the output if the run fails."""
+    _positive_int(nproc, "nproc")
+    if not torch.distributed.is_available():
+        raise RuntimeError(
+            "this torch build has no torch.distributed: install the standard build from "
+            "pytorch.org (pip install torch) to run the multi-process part"
+        )
+    if importlib.util.find_spec("torch.distributed.run") is None:
+        raise RuntimeError("torchrun (torch.distributed.run) is missing from this torch install")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("GM_DDP_BACKEND", pick_backend(nproc))
+    if platform.system() == "Darwin":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo0")  # gloo on macOS: use the loopback
+    command = torchrun_command(module, nproc, args, free_port())
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: one kill reaches every rank
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except BaseException as error:  # timeout, Ctrl-C / kernel interrupt: no stray ranks left
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        if isinstance(error, subprocess.TimeoutExpired):
+            message = f"the {nproc}-process run took over {timeout:g} s and was stopped"
+            raise RuntimeError(message) from None
+        raise
+    if process.returncode != 0:
+        raise RuntimeError(
+            f"the {nproc}-process run failed (exit {process.returncode}):\n{_first_error(output)}"
+        )
+    return output
+
+
+def _first_error(output: str) -> str:
+    """What the ranks printed before torchrun's own report (its log lines start like
+    ``E1130 11:53:35``): the first exception with the lines leading to it, else the end."""
+    lines = [re.sub(r"^\[rank\d+\]: ", "", line) for line in output.splitlines()]
+    end = next((i for i, line in enumerate(lines) if re.match(r"[EWI]\d{4} ", line)), len(lines))
+    ranks = lines[:end] or lines
+    for index, line in enumerate(ranks):
+        if re.match(r"\w+(Error|Exception): ", line):
+            return "\n".join(ranks[max(0, index - 6) : index + 1])
+    return "\n".join(ranks[-15:])
+
+
+def run_ddp_accumulation(
+    nproc: int = 2, k: int = 4, micro_batch: int = 32, repeats: int = 15, timeout: float = 120
+) -> dict:
+    """Run ``helpers.ddp_accumulation`` on ``nproc`` processes; return rank 0's results.
+
+    The results file lives in a temporary folder that is removed afterwards."""
+    for value, name in ((k, "k"), (micro_batch, "micro_batch"), (repeats, "repeats")):
+        _positive_int(value, name)
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "results.json"
+        args = [f"--out={out}", f"--k={k}", f"--micro-batch={micro_batch}", f"--repeats={repeats}"]
+        launch("helpers.ddp_accumulation", args, nproc=nproc, timeout=timeout)
+        return json.loads(out.read_text(encoding="utf-8"))

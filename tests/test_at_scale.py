@@ -1,0 +1,233 @@
+"""Notebook 06's helpers: the AMP/clipping/scheduler accumulation loop, the frameworks'
+mirrors, the 2-process DDP run, and the exercise checkers."""
+
+import subprocess
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.accumulation import accumulate_gradients, current_gradients, relative_error, windows
+from helpers.at_scale import MISTAKES, train_accumulating
+from helpers.audit import LoopAuditor
+from helpers.data import make_padded_tokens
+from helpers.distributed import free_port, launch, run_ddp_accumulation, torchrun_command
+from helpers.exercises.at_scale import (
+    check_allreduces,
+    check_effective_batch,
+    check_trainer_window_loss,
+)
+from helpers.frameworks import (
+    divide_by_k_gradients,
+    mean_of_means_gradients,
+    num_items_gradients,
+    steps_after,
+)
+from helpers.grads import StepGradients
+from helpers.models import TokenModel, make_mlp
+
+K = 4
+
+
+def classification_batches(n=10, size=8, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(n * size, 8, generator=generator)
+    labels = torch.randint(0, 3, (n * size,), generator=generator)
+    return list(zip(inputs.split(size), labels.split(size), strict=True))
+
+
+def train(mistake=None, scaler=None, amp_dtype=None, max_norm=None, with_scheduler=False):
+    model = make_mlp((8, 16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5) if with_scheduler else None
+    with LoopAuditor(model, optimizer, K, scheduler=scheduler, scaler=scaler) as audit:
+        log = train_accumulating(
+            model, optimizer, classification_batches(), K, amp_dtype=amp_dtype,
+            scaler=scaler, max_norm=max_norm, scheduler=scheduler, mistake=mistake,
+        )  # fmt: skip
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return log, weights, audit.codes
+
+
+def test_each_step_uses_its_windows_mean_gradient_short_tail_included():
+    model = make_mlp((8, 16, 3))
+    start = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-9)  # the weights barely move
+    with StepGradients(optimizer) as recorded:
+        log = train_accumulating(model, optimizer, classification_batches(), K)
+    reference = make_mlp((8, 16, 3))
+    reference.load_state_dict(dict(zip(reference.state_dict(), start, strict=True)))
+    for used, window in zip(recorded.at_steps, windows(classification_batches(), K), strict=True):
+        reference.zero_grad()
+        accumulate_gradients(reference, nn.CrossEntropyLoss(), window)
+        expected = torch.cat([g.flatten() for g in current_gradients(reference)])
+        torch.testing.assert_close(used, expected, rtol=1e-5, atol=1e-7)
+    assert len(log.losses) == 3 and len(log.lrs) == 3
+
+
+def test_amp_with_one_scale_per_window_matches_full_precision():
+    _, full, codes_full = train()
+    _, amp, codes_amp = train(scaler=torch.amp.GradScaler("cpu"), amp_dtype=torch.bfloat16)
+    start = torch.cat([p.detach().flatten() for p in make_mlp((8, 16, 3)).parameters()])
+    assert (amp - full).norm() / (full - start).norm() < 0.05
+    assert codes_full == [] and codes_amp == []
+
+
+def test_update_per_micro_batch_fails_loudly():
+    with pytest.raises(AssertionError, match="No inf checks were recorded"):
+        train(mistake="update per micro-batch", scaler=torch.amp.GradScaler("cpu"))
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
+@pytest.mark.parametrize(
+    ("mistake", "options", "code"),
+    [
+        ("clip per micro-batch", {"max_norm": 0.1}, "clip-per-micro-batch"),
+        ("clip before unscale", {"max_norm": 0.1, "scaler": "yes"}, "unscale-after-clip"),
+        ("scheduler per micro-batch", {"with_scheduler": True}, "scheduler-per-micro-batch"),
+    ],
+)
+def test_each_mistake_changes_the_result_and_is_reported(mistake, options, code):
+    if options.get("scaler"):
+        options = {**options, "scaler": torch.amp.GradScaler("cpu")}
+    _, wrong, codes = train(mistake=mistake, **options)
+    if options.get("scaler"):
+        options = {**options, "scaler": torch.amp.GradScaler("cpu")}
+    _, right, right_codes = train(**options)
+    assert codes == [code] and right_codes == []
+    assert not torch.allclose(wrong, right)
+
+
+def test_clipping_once_per_window_bounds_the_step_gradient():
+    log, _, _ = train(max_norm=0.1)
+    assert all(norm <= 0.1 + 1e-6 for norm in log.grad_norms)
+
+
+def test_bad_arguments_are_refused():
+    model = make_mlp((8, 16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="mistake must be None or one of"):
+        train_accumulating(model, optimizer, classification_batches(), K, mistake="typo")
+    with pytest.raises(ValueError, match="needs the tool"):
+        train_accumulating(model, optimizer, classification_batches(), K, mistake=MISTAKES[0])
+    with pytest.raises(ValueError, match="empty"):
+        train_accumulating(model, optimizer, [], K)
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        train_accumulating(model, optimizer, classification_batches(), 0)
+    with pytest.raises(TypeError, match="Optimizer"):
+        train_accumulating(model, "sgd", classification_batches(), K)
+
+
+# ----------------------------------------------------------------- frameworks
+def test_lightning_and_accelerate_step_every_k_and_at_the_end():
+    assert steps_after(10, 4) == [4, 8, 10]
+    assert steps_after(8, 4) == [4, 8]
+    assert steps_after(3, 1) == [1, 2, 3]
+    with pytest.raises(ValueError):
+        steps_after(0, 4)
+
+
+def test_dividing_by_k_gives_a_short_window_its_share_only():
+    tail = list(windows(classification_batches(), K))[-1]
+    model = make_mlp((8, 16, 3))
+    model.zero_grad()
+    accumulate_gradients(model, nn.CrossEntropyLoss(), tail)
+    exact = torch.cat([g.flatten() for g in current_gradients(model)])
+    divided = torch.cat(
+        [g.flatten() for g in divide_by_k_gradients(model, F.cross_entropy, tail, K)]
+    )
+    torch.testing.assert_close(divided, exact * len(tail) / K)
+
+
+def test_num_items_in_batch_is_exact_and_mean_of_means_is_not():
+    tokens, targets, _ = make_padded_tokens(8, 6, seed=3)
+    window = list(zip(tokens.split(2), targets.split(2), strict=True))
+    model = TokenModel()
+    model.zero_grad()
+    accumulate_gradients(model, nn.CrossEntropyLoss(), window, "tokens")
+    exact = current_gradients(model)
+    assert relative_error(num_items_gradients(model, window), exact) < 1e-6
+    assert relative_error(mean_of_means_gradients(model, window), exact) > 0.05
+    with pytest.raises(ValueError, match="no targets"):
+        num_items_gradients(model, [(tokens[:1], torch.full_like(targets[:1], -100))])
+
+
+# ------------------------------------------------------------------ distributed
+def test_the_two_process_ddp_run():
+    results = run_ddp_accumulation(nproc=2, k=K, micro_batch=16, repeats=3)
+    buckets = results["buckets"]
+    assert buckets >= 1 and results["effective_batch"] == 2 * K * 16
+    assert results["allreduces_per_step"] == {
+        "no_sync": buckets,
+        "sync every micro-batch": K * buckets,
+        "forward outside no_sync": K * buckets,
+    }
+    assert results["grad_max_diff_vs_single_process"] < 1e-6
+    assert results["weights_max_diff_across_ranks"] == 0.0
+    assert results["weights_max_diff_vs_single_process"] < 1e-6
+    assert results["auditor_codes"] == {
+        "correct": [],
+        "no zero_grad after step": ["missing-zero-grad"],
+    }
+
+
+def test_a_failing_run_says_why_and_leaves_no_process_behind():
+    with pytest.raises(
+        RuntimeError, match=r"failed \(exit 1\):\n.*No module named helpers.no_such_module"
+    ):
+        launch("helpers.no_such_module", [], nproc=2, timeout=60)
+    with pytest.raises(RuntimeError, match="took over 1 s and was stopped"):
+        launch("helpers.ddp_accumulation", ["--out=/dev/null", "--repeats=100000"], timeout=1)
+    leftover = subprocess.run(["pgrep", "-f", "helpers.ddp_accumulation"], capture_output=True)
+    assert leftover.stdout == b"", "a rank outlived its launcher"
+
+
+def test_launch_command_and_port():
+    port = free_port()
+    command = torchrun_command("helpers.ddp_accumulation", 2, ["--k=4"], port)
+    assert command[1:3] == ["-m", "torch.distributed.run"] and f"--master-port={port}" in command
+    with pytest.raises(ValueError, match="nproc"):
+        launch("helpers.ddp_accumulation", [], nproc=0)
+
+
+# ------------------------------------------------------------------ checkers
+@pytest.mark.parametrize(
+    ("check", "right", "wrong", "hint"),
+    [
+        (check_effective_batch, 512, 128, "also accumulates k = 4"),
+        (check_effective_batch, 512, 64, "all 8 processes"),
+        (check_allreduces, 3, 24, "no_sync() skips"),
+        (check_allreduces, 3, 1, "bucket by bucket"),
+        (check_trainer_window_loss, 2.5, 3.0, "before the fix"),
+        (check_trainer_window_loss, 2.5, 100, "divide it by num_items_in_batch"),
+    ],
+)
+def test_checkers_accept_the_answer_and_explain_wrong_ones(check, right, wrong, hint):
+    assert check(right).passed
+    result = check(wrong)
+    assert not result.passed and hint in result.message, result.message
+    assert not check(...).passed
+
+
+def test_no_warnings_from_a_correct_scheduled_loop():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train(with_scheduler=True, max_norm=1.0)
+
+
+def test_a_ranks_exception_is_what_the_error_shows():
+    from helpers.distributed import _first_error
+
+    output = "\n".join(
+        [
+            "[rank0]: Traceback (most recent call last):",
+            '[rank0]:   File "x.py", line 3, in <module>',
+            "[rank0]: ValueError: k must be positive",
+            "E1130 11:53:35.278000 6203 api.py:1002] failed (exitcode: 1) local_rank: 0",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ...",
+        ]
+    )
+    assert _first_error(output).endswith("ValueError: k must be positive")
+    assert "ChildFailedError" not in _first_error(output)
