@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import statistics
+import threading
 import time
 
 import torch
@@ -110,7 +111,21 @@ def flat_weights(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def exit_when_orphaned(interval: float = 0.5) -> None:
+    """End this rank if its launcher dies (a rank runs in its own session, so a launcher
+    killed outright would leave it waiting forever)."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
+    exit_when_orphaned()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="JSON file that rank 0 writes")
     parser.add_argument("--k", type=int, default=4, help="micro-batches per optimizer step")

@@ -83,8 +83,7 @@ def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -
     try:
         output, _ = process.communicate(timeout=timeout)
     except BaseException as error:  # timeout, Ctrl-C / kernel interrupt: no stray ranks left
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        _stop(process)
         if isinstance(error, subprocess.TimeoutExpired):
             message = f"the {nproc}-process run took over {timeout:g} s and was stopped"
             raise RuntimeError(message) from None
@@ -94,6 +93,19 @@ def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -
             f"the {nproc}-process run failed (exit {process.returncode}):\n{_first_error(output)}"
         )
     return output
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop torchrun and its ranks: SIGTERM first, which torchrun passes on to the ranks (each
+    in its own session), then SIGKILL to its process group if it has not ended in 40 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    except ProcessLookupError:
+        process.communicate()
 
 
 def _first_error(output: str) -> str:
