@@ -1,0 +1,179 @@
+"""The workshop kit and the course site: the guide follows the notebooks, the setup page and
+hub link point at the course, the glossary's terms are the notebooks' own, solutions can be
+stripped, and the site has every page and no broken link."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import build_site
+import build_workshop
+import hub_link
+import pytest
+import strip_solutions
+from course import ROOT, cells_tagged, notebook_paths, read, repository_url
+from run_notebooks import execute
+
+NOTEBOOKS = notebook_paths()
+
+
+def notebook_text(path: Path) -> str:
+    return "\n".join(cell.source for cell in read(path).cells).lower()
+
+
+# ------------------------------------------------------------------ the guide
+def test_the_committed_guide_is_what_the_notebooks_and_notes_make():
+    assert build_workshop.main(["--check"]) == 0, "run: python tools/build_workshop.py"
+
+
+def test_the_schedule_uses_each_notebooks_declared_minutes_and_fits():
+    notebooks = build_workshop.load_notebooks()
+    rows = build_workshop.schedule(notebooks)
+    by_number = {nb.number: nb for nb in notebooks}
+    taught = [row for row in rows if row[2]]
+    assert [(r[2], r[3]) for r in taught] == [
+        (by_number[n].teaching, by_number[n].exercises) for n in build_workshop.IN_WORKSHOP
+    ]
+    end = rows[-1][1]
+    hours, minutes = map(int, end.split(":"))
+    assert rows[0][0] == "0:00" and hours * 60 + minutes <= build_workshop.WORKSHOP_MINUTES
+    for (_, end_a, *_), (start_b, *_) in itertools.pairwise(rows):
+        assert end_a == start_b, "the schedule has no gaps or overlaps"
+
+
+def test_a_plan_that_overruns_is_refused(monkeypatch):
+    monkeypatch.setattr(build_workshop, "IN_WORKSHOP", ("01", "03", "05", "06"))
+    with pytest.raises(ValueError, match="more than 180"):
+        build_workshop.schedule(build_workshop.load_notebooks())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_notebook_has_instructor_notes(path):
+    notes = (build_workshop.NOTES / f"{path.stem}.md").read_text(encoding="utf-8")
+    sections = re.split(r"^### ", notes, flags=re.MULTILINE)[1:]
+    assert [s.splitlines()[0] for s in sections] == [
+        h.removeprefix("### ") for h in build_workshop.NOTE_HEADINGS
+    ]
+    questions, tips, stuck = sections
+    assert 3 <= questions.count("**Q:") <= 6 and questions.count("**Q:") == questions.count("A:")
+    assert 3 <= tips.count("\n- ") <= 6 and 3 <= stuck.count("\n- ") <= 6
+
+
+def test_the_guide_carries_each_notebooks_key_points():
+    guide = build_workshop.GUIDE.read_text(encoding="utf-8")
+    for nb in build_workshop.load_notebooks():
+        assert nb.key_points and all(point in guide for point in nb.key_points)
+
+
+# --------------------------------------------------------- setup page, hub link
+def test_the_setup_page_points_at_the_course_and_uses_the_readme_commands():
+    setup = (ROOT / "workshop" / "setup.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for url in re.findall(r"https://(?:github|colab|mybinder)[^\s>)]+", setup):
+        owner_repo = repository_url().removeprefix("https://github.com/")
+        assert owner_repo in url, url
+    for command in (
+        "python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+        "python -m pip install -r requirements.txt -e . && jupyter lab --ServerApp.root_dir=. "
+        "notebooks/00_setup_check.ipynb",
+    ):
+        assert command in setup and command in readme
+    assert "workshop/setup.md" in readme and "workshop/instructor-guide.md" in readme
+
+
+def test_hub_link_is_an_nbgitpuller_link_to_the_notebook(capsys):
+    link = hub_link.hub_link("https://hub.example.edu/", "05_pitfalls.ipynb")
+    parsed = urlparse(link)
+    assert (parsed.netloc, parsed.path) == ("hub.example.edu", "/hub/user-redirect/git-pull")
+    query = parse_qs(parsed.query)
+    folder = repository_url().rsplit("/", 1)[-1]
+    assert query == {
+        "repo": [repository_url()],
+        "branch": ["main"],
+        "urlpath": [f"lab/tree/{folder}/notebooks/05_pitfalls.ipynb"],
+    }
+    assert hub_link.main(["https://hub.example.edu"]) == 0
+    assert "00_setup_check.ipynb" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("hub", "notebook", "match"),
+    [("hub.example.edu", "00_setup_check.ipynb", "hub's address"),
+     ("https://hub.example.edu", "99_nothing.ipynb", "no notebook")],
+)  # fmt: skip
+def test_hub_link_refuses_bad_input(hub, notebook, match):
+    with pytest.raises(ValueError, match=match):
+        hub_link.hub_link(hub, notebook)
+
+
+# ------------------------------------------------------------------ glossary
+def glossary_entries() -> list[tuple[str, str]]:
+    text = (ROOT / "workshop" / "glossary.md").read_text(encoding="utf-8")
+    return re.findall(r"^\*\*(.+?)\*\*: .+ Notebook (\d\d)\.$", text, flags=re.MULTILINE)
+
+
+def test_glossary_terms_are_sorted_and_first_used_where_it_says():
+    entries = glossary_entries()
+    assert len(entries) >= 25
+    terms = [term for term, _ in entries]
+    assert terms == sorted(terms, key=str.lower)
+    texts = {path.name[:2]: notebook_text(path) for path in NOTEBOOKS}
+    for term, number in entries:
+        first = next((n for n, text in texts.items() if term.lower() in text), None)
+        assert first == number, f"{term!r}: first used in notebook {first}, glossary says {number}"
+
+
+# ------------------------------------------------------------------ solutions
+def test_strip_solutions_writes_a_working_course_without_solutions(tmp_path):
+    written = strip_solutions.strip_solutions(tmp_path / "course")
+    assert [p.name for p in written] == [p.name for p in NOTEBOOKS]
+    assert (tmp_path / "course" / "helpers" / "audit.py").exists()
+    for original, stripped in zip(NOTEBOOKS, written, strict=True):
+        nb = read(stripped)
+        assert cells_tagged(nb, "solution") == []
+        assert len(cells_tagged(nb, "exercise")) == len(cells_tagged(read(original), "exercise"))
+        assert not any("Solution (click to reveal)" in c.source for c in nb.cells)
+    nb = read(written[5])  # 05 runs in seconds; its exercises answer "not yet"
+    execute(nb, written[5].parent)
+    outputs = [o for i in cells_tagged(nb, "exercise") for o in nb.cells[i].outputs]
+    assert outputs and all("Not answered yet" in o["data"]["text/plain"] for o in outputs)
+
+
+def test_strip_solutions_refuses_a_folder_with_files(tmp_path):
+    (tmp_path / "something").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        strip_solutions.strip_solutions(tmp_path)
+
+
+# ------------------------------------------------------------------ the site
+class Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self.links += [value for name, value in attrs if name == "href" and value]
+
+
+def test_the_site_has_every_page_and_no_broken_link(tmp_path):
+    pages = build_site.build(tmp_path)
+    names = {page.name for page in pages}
+    assert {f"{p.stem}.html" for p in NOTEBOOKS} <= names
+    assert {"index.html", "instructor-guide.html", "setup.html", "glossary.html"} <= names
+    for page in pages:
+        parser = Links()
+        parser.feed(page.read_text(encoding="utf-8"))
+        local = [link for link in parser.links if not re.match(r"[a-z]+:|#", link)]
+        for link in local:
+            assert (tmp_path / link.split("#")[0]).exists(), f"{page.name} links to {link}"
+        assert not any(link.endswith((".ipynb", ".md")) for link in local), page.name
+    notebook_page = (tmp_path / "05_pitfalls.html").read_text(encoding="utf-8")
+    assert 'href="04_several_losses.html"' in notebook_page
+    assert 'href="06_accumulation_at_scale.html"' in notebook_page
+    assert "No findings (36 steps, 36 backward passes)." in notebook_page, "outputs included"
+    assert "data:image/png;base64" in (tmp_path / "01_autograd_accumulates.html").read_text()
