@@ -16,6 +16,14 @@ from helpers.plots import plot_loss_curves
 from helpers.training import compare_zero_grad, trainable_parameters
 
 
+def _run_now(widget: widgets.interactive) -> widgets.interactive:
+    """ipywidgets 8 runs an interactive's function when it is made, ipywidgets 7 (Colab's) only
+    when it is displayed: run it now if it has not run, so ``.result`` is there in both."""
+    if widget.result is None:
+        widget.update()
+    return widget
+
+
 def zero_grad_explorer(model: nn.Module, batches: Sequence[Batch]) -> widgets.interactive:
     """Sliders for the learning rate and the number of steps, a switch for showing the run
     with ``zero_grad`` beside the one without; the plot and a summary update on release.
@@ -31,22 +39,26 @@ def zero_grad_explorer(model: nn.Module, batches: Sequence[Batch]) -> widgets.in
         print(", ".join(f"{label}: last loss {loss:.4g}" for label, loss in summary.items()))
         return summary
 
-    return widgets.interactive(
-        update,
-        {"manual": False},
-        lr=widgets.FloatLogSlider(
-            value=0.01,
-            base=10,
-            min=-3,
-            max=0,
-            step=0.1,
-            description="lr",
-            continuous_update=False,
-        ),
-        steps=widgets.IntSlider(
-            value=200, min=10, max=300, step=10, description="steps", continuous_update=False
-        ),
-        show_correct_run=widgets.Checkbox(value=True, description="show the run with zero_grad"),
+    return _run_now(
+        widgets.interactive(
+            update,
+            {"manual": False},
+            lr=widgets.FloatLogSlider(
+                value=0.01,
+                base=10,
+                min=-3,
+                max=0,
+                step=0.1,
+                description="lr",
+                continuous_update=False,
+            ),
+            steps=widgets.IntSlider(
+                value=200, min=10, max=300, step=10, description="steps", continuous_update=False
+            ),
+            show_correct_run=widgets.Checkbox(
+                value=True, description="show the run with zero_grad"
+            ),
+        )
     )
 
 
@@ -61,8 +73,10 @@ def square_gradient_slider() -> widgets.interactive:
         print(f"w = {w:.1f}   d(w**2)/dw = {tensor.grad.item():.1f}")
         return tensor.grad.item()
 
-    return widgets.interactive(
-        update, w=widgets.FloatSlider(value=1.0, min=-3.0, max=3.0, step=0.5, description="w")
+    return _run_now(
+        widgets.interactive(
+            update, w=widgets.FloatSlider(value=1.0, min=-3.0, max=3.0, step=0.5, description="w")
+        )
     )
 
 
@@ -86,13 +100,15 @@ def accumulation_explorer(model: nn.Module, inputs, labels, memory_points) -> wi
             print(f"{key:<33} {value:.3g}" if isinstance(value, float) else f"{key:<33} {value}")
         return report
 
-    return widgets.interactive(
-        update,
-        micro_batch_size=widgets.SelectionSlider(
-            options=sorted(memory), description="micro-batch", continuous_update=False
-        ),
-        accumulation_steps=widgets.IntSlider(
-            value=4, min=1, max=8, description="k", continuous_update=False
-        ),
-        scaling=widgets.ToggleButtons(options=list(SCALINGS), description="scaling"),
+    return _run_now(
+        widgets.interactive(
+            update,
+            micro_batch_size=widgets.SelectionSlider(
+                options=sorted(memory), description="micro-batch", continuous_update=False
+            ),
+            accumulation_steps=widgets.IntSlider(
+                value=4, min=1, max=8, description="k", continuous_update=False
+            ),
+            scaling=widgets.ToggleButtons(options=list(SCALINGS), description="scaling"),
+        )
     )

@@ -6,7 +6,7 @@ explorers must render as sliders whose output changes when a slider moves.
 JupyterLab serves a copy of the course in a temporary folder (its autosave never touches the
 repository), on 127.0.0.1, a free port and a token. Screenshots of every notebook go to
 build/browser-screenshots/ (or $GM_SCREENSHOTS). Without Chromium the test is skipped, unless
-$GM_REQUIRE_BROWSER is set, as CI sets it.
+$GM_CI is set, as CI sets it.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ except ImportError:  # pragma: no cover - reported by the skip below
 
 if not (CHROMIUM and CHROMEDRIVER and webdriver):
     reason = "needs Debian's chromium and chromium-driver, and selenium"
-    if os.environ.get("GM_REQUIRE_BROWSER"):
-        raise RuntimeError(f"GM_REQUIRE_BROWSER is set, but the browser test {reason}")
+    if os.environ.get("GM_CI"):
+        raise RuntimeError(f"GM_CI is set, but the browser test {reason}")
     pytest.skip(reason, allow_module_level=True)
 
 NOTEBOOKS = notebook_paths()

@@ -66,12 +66,14 @@ def run_cell(client, source: str, timeout: float = TIMEOUT_S) -> tuple[dict, lis
     return reply["content"], outputs
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
-    """Run every code cell of ``nb`` in a fresh python3 kernel started in ``cwd``, storing
-    outputs and execution counts. Raises ``CellError`` when a cell that is not tagged
-    ``raises-exception`` fails."""
+def execute(
+    nb: nbformat.NotebookNode, cwd: Path, env: dict[str, str] | None = None
+) -> nbformat.NotebookNode:
+    """Run every code cell of ``nb`` in a fresh python3 kernel started in ``cwd`` (with the
+    environment ``env``, else this process's), storing outputs and execution counts. Raises
+    ``CellError`` when a cell that is not tagged ``raises-exception`` fails."""
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(cwd))
+    manager.start_kernel(cwd=str(cwd), **({"env": env} if env is not None else {}))
     client = manager.client()
     client.start_channels()
     try:
