@@ -1,0 +1,99 @@
+"""Binder, simulated: build a fresh environment only from binder/, the way repo2docker reads
+it (runtime.txt, requirements.txt, then postBuild), and run the whole nbval suite in it.
+
+    python tools/simulate_binder.py             # the environment goes to build/binder-env
+    python tools/simulate_binder.py --env DIR
+
+Where torch's CPU-wheel index (binder/requirements.txt's --extra-index-url) cannot be
+reached, the same torch version is installed first from what pip finds without it (a local
+wheel here), and the index line is dropped. pytest and nbval are added to run the suite:
+they are the test's tools, not part of what Binder builds. Exit status: the suite's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import venv
+from pathlib import Path
+
+from course import ROOT
+
+BINDER = ROOT / "binder"
+
+
+def index_reachable(url: str, timeout: float = 5) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def requirements_for_here(text: str) -> tuple[str, str | None]:
+    """binder/requirements.txt as pip here can use it, and the torch pin to install first
+    (None when the index answers and nothing needs changing)."""
+    index = re.search(r"^--extra-index-url\s+(\S+)", text, flags=re.MULTILINE)
+    if index is None or index_reachable(index.group(1)):
+        return text, None
+    torch = re.search(r"^torch==(\S+?)(\+cpu)?$", text, flags=re.MULTILINE)
+    if torch is None:
+        raise ValueError("binder/requirements.txt pins no torch==VERSION")
+    without_index = re.sub(r"^--extra-index-url.*\n", "", text, flags=re.MULTILINE)
+    return without_index, f"torch=={torch.group(1)}"
+
+
+def run(command: list[str], **kwargs) -> None:
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", type=Path, default=ROOT / "build" / "binder-env")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    runtime = (BINDER / "runtime.txt").read_text(encoding="utf-8").strip()
+    wanted = runtime.removeprefix("python-")
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if wanted != here:
+        print(f"note: binder/runtime.txt asks for Python {wanted}; this simulation uses {here}")
+
+    shutil.rmtree(args.env, ignore_errors=True)
+    venv.create(args.env, with_pip=True)
+    python = str(args.env / "bin" / "python")
+    text, torch_first = requirements_for_here(
+        (BINDER / "requirements.txt").read_text(encoding="utf-8")
+    )
+    if torch_first:
+        print(f"the CPU-wheel index is unreachable: installing {torch_first} without it")
+        run([python, "-m", "pip", "install", "--quiet", torch_first])
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as requirements:
+        requirements.write(text)
+    try:
+        run([python, "-m", "pip", "install", "--quiet", "-r", requirements.name])
+    finally:
+        os.unlink(requirements.name)
+    env = dict(os.environ, PATH=f"{args.env / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.pop("PYTHONPATH", None)
+    run(["bash", str(BINDER / "postBuild")], cwd=ROOT, env=env)
+    run([python, "-m", "pip", "install", "--quiet", "pytest>=8", "nbval>=0.11"])
+    suite = subprocess.run(
+        [python, "-m", "pytest", "-q", "notebooks"], cwd=ROOT, env=dict(env, GM_DEVICE="cpu")
+    )
+    verdict = "passed" if suite.returncode == 0 else "FAILED"
+    seconds = time.monotonic() - started
+    print(f"Binder simulation: the nbval suite {verdict} in an environment built from binder/ "
+          f"({seconds:.0f} s in all)")  # fmt: skip
+    return suite.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
