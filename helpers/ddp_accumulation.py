@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 
@@ -41,16 +42,22 @@ WIDTHS = (64, 256, 256, 10)
 LR = 0.1
 
 
+BUCKET_CAP_MB = 0.1  # small buckets, so that the model's gradients travel in several
+
+
 class AllReduceCounter:
-    """Counts the bucket all-reduces of a DDP model (``state`` of :func:`counting_allreduce`)."""
+    """Counts the bucket all-reduces of a DDP model (``state`` of :func:`counting_allreduce`)
+    and the distinct buckets they carried."""
 
     def __init__(self):
         self.calls = 0
+        self.buckets: set[int] = set()
 
 
 def counting_allreduce(state: AllReduceCounter, bucket):
     """A DDP communication hook: count the all-reduce, then do DDP's default one."""
     state.calls += 1
+    state.buckets.add(bucket.index())
     return default_hooks.allreduce_hook(None, bucket)
 
 
@@ -112,12 +119,23 @@ def flat_weights(model: nn.Module) -> torch.Tensor:
 
 
 def exit_when_orphaned(interval: float = 0.5) -> None:
-    """End this rank if its launcher dies (a rank runs in its own session, so a launcher
-    killed outright would leave it waiting forever)."""
+    """End this rank if torchrun or the program that launched it (``GM_LAUNCHER_PID``, the
+    notebook's kernel) dies: a rank runs in its own session, so a kernel killed or restarted
+    would otherwise leave it waiting forever."""
     parent = os.getppid()
+    launcher = int(os.environ.get("GM_LAUNCHER_PID", "0"))
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def watch():
-        while os.getppid() == parent:
+        while os.getppid() == parent and (not launcher or alive(launcher)):
             time.sleep(interval)
         os._exit(1)
 
@@ -134,19 +152,31 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     backend = os.environ.get("GM_DDP_BACKEND", "gloo")
-    dist.init_process_group(backend)
+    if backend == "nccl":  # one GPU per process, each rank on its own
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
     torch.set_num_threads(1)
 
     model = make_mlp(WIDTHS, seed=0).to(device)
     reference = copy.deepcopy(model)
-    ddp = DDP(model, device_ids=[rank] if backend == "nccl" else None)
+    ddp = DDP(
+        model,
+        device_ids=[device.index] if backend == "nccl" else None,
+        bucket_cap_mb=BUCKET_CAP_MB,
+    )
     counter = AllReduceCounter()
     ddp.register_comm_hook(counter, counting_allreduce)
     inputs, labels = global_data(world, args.k, args.micro_batch, device)
     mine = micro_batches(inputs, labels, rank, world, args.k, args.micro_batch)
 
+    accumulate_window(ddp, mine, "sync every micro-batch")  # DDP settles its buckets here
+    ddp.zero_grad()
     modes = ("no_sync", "sync every micro-batch", "forward outside no_sync")
     allreduces, ms_per_window = {}, {}
     for mode in modes:
@@ -157,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         times = []
         for _ in range(args.repeats + 1):  # the first is a warm-up
             ddp.zero_grad()
-            dist.barrier()
+            dist.barrier(device_ids=[device.index] if backend == "nccl" else None)
             started = time.perf_counter()
             accumulate_window(ddp, mine, mode)
             if device.type == "cuda":
@@ -192,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
             "micro_batch": args.micro_batch,
             "effective_batch": world * args.k * args.micro_batch,
             "parameters": sum(p.numel() for p in model.parameters()),
-            "buckets": allreduces["sync every micro-batch"] // args.k,
+            "buckets": len(counter.buckets),
             "allreduces_per_step": allreduces,
             "ms_per_window": ms_per_window,
             "grad_max_diff_vs_single_process": max(d.item() for d in grad_diffs),
@@ -203,6 +233,11 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w", encoding="utf-8") as file:
             json.dump(results, file, indent=1)
     dist.destroy_process_group()
+    # Leave at once: DDP's objects torn down at interpreter exit sometimes abort a rank
+    # ("terminate called without an active exception") after all the work is done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -68,26 +68,31 @@ def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("GM_DDP_BACKEND", pick_backend(nproc))
+    env["GM_LAUNCHER_PID"] = str(os.getpid())  # ranks end if this process dies
     if platform.system() == "Darwin":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo0")  # gloo on macOS: use the loopback
-    command = torchrun_command(module, nproc, args, free_port())
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group: one kill reaches every rank
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except BaseException as error:  # timeout, Ctrl-C / kernel interrupt: no stray ranks left
-        _stop(process)
-        if isinstance(error, subprocess.TimeoutExpired):
-            message = f"the {nproc}-process run took over {timeout:g} s and was stopped"
-            raise RuntimeError(message) from None
-        raise
+    for attempt in (1, 2):  # a port found free can be taken before torchrun binds it
+        command = torchrun_command(module, nproc, args, free_port())
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: one kill reaches every rank
+        )
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except BaseException as error:  # timeout, Ctrl-C, kernel interrupt: no stray ranks
+            _stop(process)
+            if isinstance(error, subprocess.TimeoutExpired):
+                message = f"the {nproc}-process run took over {timeout:g} s and was stopped"
+                raise RuntimeError(message) from None
+            raise
+        port_taken = "EADDRINUSE" in output or "address already in use" in output.lower()
+        if process.returncode == 0 or not port_taken or attempt == 2:
+            break
     if process.returncode != 0:
         raise RuntimeError(
             f"the {nproc}-process run failed (exit {process.returncode}):\n{_first_error(output)}"
@@ -115,7 +120,7 @@ def _first_error(output: str) -> str:
     end = next((i for i, line in enumerate(lines) if re.match(r"[EWI]\d{4} ", line)), len(lines))
     ranks = lines[:end] or lines
     for index, line in enumerate(ranks):
-        if re.match(r"\w+(Error|Exception): ", line):
+        if re.match(r"[\w.]+(Error|Exception): ", line):
             return "\n".join(ranks[max(0, index - 6) : index + 1])
     return "\n".join(ranks[-15:])
 

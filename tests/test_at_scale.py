@@ -1,8 +1,14 @@
 """Notebook 06's helpers: the AMP/clipping/scheduler accumulation loop, the frameworks'
 mirrors, the 2-process DDP run, and the exercise checkers."""
 
+import os
+import re
+import signal
 import subprocess
+import sys
+import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +35,7 @@ from helpers.grads import StepGradients
 from helpers.models import TokenModel, make_mlp
 
 K = 4
+ROOT_DIR = Path(__file__).resolve().parents[1]
 
 
 def classification_batches(n=10, size=8, seed=0):
@@ -158,7 +165,7 @@ def test_num_items_in_batch_is_exact_and_mean_of_means_is_not():
 def test_the_two_process_ddp_run():
     results = run_ddp_accumulation(nproc=2, k=K, micro_batch=16, repeats=3)
     buckets = results["buckets"]
-    assert buckets >= 1 and results["effective_batch"] == 2 * K * 16
+    assert buckets >= 2 and results["effective_batch"] == 2 * K * 16
     assert results["allreduces_per_step"] == {
         "no_sync": buckets,
         "sync every micro-batch": K * buckets,
@@ -173,15 +180,52 @@ def test_the_two_process_ddp_run():
     }
 
 
-def test_a_failing_run_says_why_and_leaves_no_process_behind():
+def ranks_with(marker: str) -> list[str]:
+    """Command lines of running processes that contain ``marker`` (a unique path)."""
+    found = subprocess.run(["pgrep", "-af", re.escape(marker)], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_failing_run_says_why(tmp_path):
     with pytest.raises(
-        RuntimeError, match=r"failed \(exit 1\):\n.*No module named helpers.no_such_module"
+        RuntimeError, match=r"failed \(exit 1\):\n.*No module named helpers.no_such"
     ):
         launch("helpers.no_such_module", [], nproc=2, timeout=60)
-    with pytest.raises(RuntimeError, match="took over 1 s and was stopped"):
-        launch("helpers.ddp_accumulation", ["--out=/dev/null", "--repeats=100000"], timeout=1)
-    leftover = subprocess.run(["pgrep", "-f", "helpers.ddp_accumulation"], capture_output=True)
-    assert leftover.stdout == b"", "a rank outlived its launcher"
+
+
+def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path):
+    marker = str(tmp_path / "timeout-run.json")
+    with pytest.raises(RuntimeError, match="took over 12 s and was stopped"):
+        launch("helpers.ddp_accumulation", [f"--out={marker}", "--repeats=1000000"], timeout=12)
+    assert wait_until(lambda: not ranks_with(marker), 10), ranks_with(marker)
+
+
+def test_ranks_end_when_the_launching_kernel_is_killed(tmp_path):
+    marker = str(tmp_path / "killed-kernel.json")
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", "from helpers.distributed import launch; "
+         f"launch('helpers.ddp_accumulation', ['--out={marker}', '--repeats=1000000'], "
+         "timeout=300)"],
+        cwd=ROOT_DIR,
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: len(ranks_with(marker)) >= 3, 60), "the ranks never started"
+        time.sleep(3)  # the ranks are past their start-up and training
+        kernel.kill()  # as a kernel killed or restarted from Jupyter
+        kernel.wait()
+        assert wait_until(lambda: not ranks_with(marker), 20), ranks_with(marker)
+    finally:
+        for line in ranks_with(marker):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 def test_launch_command_and_port():
