@@ -246,6 +246,8 @@ def test_launch_command_and_port():
         (check_allreduces, 3, 1, "bucket by bucket"),
         (check_trainer_window_loss, 2.5, 3.0, "before the fix"),
         (check_trainer_window_loss, 2.5, 100, "divide it by num_items_in_batch"),
+        (check_trainer_window_loss, 2.5, 1.5, "only the first micro-batch's share"),
+        (check_trainer_window_loss, 2.5, 3.5, "swaps the weights"),
     ],
 )
 def test_checkers_accept_the_answer_and_explain_wrong_ones(check, right, wrong, hint):
@@ -275,3 +277,42 @@ def test_a_ranks_exception_is_what_the_error_shows():
     )
     assert _first_error(output).endswith("ValueError: k must be positive")
     assert "ChildFailedError" not in _first_error(output)
+
+
+def amp_window_variant(divide=True, unscale=True, update_each=False, clip=True, zero=True):
+    def amp_window(model, optimizer, scaler, window):
+        if zero:
+            optimizer.zero_grad()
+        for inputs, targets in window:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.mse_loss(model(inputs), targets) / (len(window) if divide else 1)
+            scaler.scale(loss).backward()
+            if update_each:
+                scaler.update()
+        if unscale:
+            scaler.unscale_(optimizer)
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+    return amp_window
+
+
+@pytest.mark.parametrize(
+    ("mistake", "hint"),
+    [
+        ({"unscale": False}, "before clip_grad_norm_"),
+        ({"divide": False}, "divided by the window's size"),
+        ({"clip": False}, "clipped to norm 1.0"),
+        ({"update_each": True}, "update once per window"),
+        ({"zero": False}, "zero_grad() at the start of each window"),
+    ],
+)
+def test_the_amp_window_checker_names_each_mistake(mistake, hint):
+    from helpers.exercises.at_scale import check_amp_window
+
+    assert check_amp_window(amp_window_variant()).passed
+    result = check_amp_window(amp_window_variant(**mistake))
+    assert not result.passed and hint in result.message, result.message
+    assert not check_amp_window(...).passed
