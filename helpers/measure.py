@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -30,19 +30,38 @@ def median_seconds(
 ) -> float:
     """Median wall time of ``action()`` over ``repeats`` runs; ``setup()`` runs untimed
     before each one. The first run is a warm-up and is not counted."""
-    if not callable(action) or (setup is not None and not callable(setup)):
+    if not callable(action):
         raise TypeError("action and setup must be functions taking no arguments")
+    return median_seconds_each({"action": action}, setup=setup, repeats=repeats)["action"]
+
+
+def median_seconds_each(
+    actions: Mapping[str, Callable[[], object]],
+    *,
+    setup: Callable[[], object] | None = None,
+    repeats: int = 25,
+) -> dict[str, float]:
+    """Median wall time of each action, the actions taking turns run by run, so that a load
+    that comes and goes on the machine slows them alike. ``setup()`` runs untimed before
+    every run; each action's first run is a warm-up."""
+    if not isinstance(actions, Mapping) or not actions:
+        raise ValueError("actions must be a non-empty dict of {name: function}")
+    if not all(callable(a) for a in actions.values()) or (
+        setup is not None and not callable(setup)
+    ):
+        raise TypeError("actions and setup must be functions taking no arguments")
     _positive_int(repeats, "repeats")
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in actions}
     for run in range(repeats + 1):
-        if setup is not None:
-            setup()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        action()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        if run > 0:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for name, action in actions.items():
+            if setup is not None:
+                setup()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            action()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            if run > 0:
+                times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}

@@ -193,3 +193,20 @@ class TestZeroGradFacts:
     def test_a_method_without_set_to_none(self):
         with pytest.raises(ValueError, match="no set_to_none parameter"):
             facts.default_set_to_none(torch.optim.Optimizer.step)
+
+
+def test_median_seconds_each_takes_turns_and_refuses_bad_input():
+    from helpers.measure import median_seconds_each
+
+    calls = []
+    times = median_seconds_each(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        setup=lambda: calls.append("setup"),
+        repeats=2,
+    )
+    assert calls == ["setup", "a", "setup", "b"] * 3, "turns, with setup before each run"
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    with pytest.raises(ValueError):
+        median_seconds_each({})
+    with pytest.raises(TypeError):
+        median_seconds_each({"a": 3})
