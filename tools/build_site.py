@@ -72,6 +72,7 @@ def _nav(previous: tuple[str, str] | None, following: tuple[str, str] | None) ->
     if following:
         items.append(f'<a href="{following[0]}">{html.escape(following[1])} &rarr;</a>')
     items.append('<a href="setup.html">Setup</a>')
+    items.append('<a href="instructor-guide.html">Instructor guide</a>')
     items.append('<a href="glossary.html">Glossary</a>')
     return '<nav class="course">' + "".join(items) + "</nav>"
 
