@@ -148,7 +148,8 @@ def guide(notebooks: list[Notebook]) -> str:
     rows = schedule(notebooks)
     for start, end, teaching, exercises, what in rows:
         lines.append(f"| {start} | {end} | {teaching or ''} | {exercises or ''} | {what} |")
-    used = sum(r[2] + r[3] for r in rows) + OPENING + CLOSING + BREAK * (len(IN_WORKSHOP) - 1)
+    hours, minutes = rows[-1][1].split(":")
+    used = int(hours) * 60 + int(minutes)  # the schedule ends when the workshop's time is used
     lines += [
         "",
         f"That is {used} of {WORKSHOP_MINUTES} minutes"
