@@ -3,10 +3,10 @@
 On CUDA it reads PyTorch's allocator statistics (``torch.cuda.max_memory_allocated``) after
 one warm-up step. On a CPU there are none, so the operating system's peak resident memory
 (``ru_maxrss``) is read instead: one fresh Python process imports torch, then forks a child
-per size that builds the model, makes the micro-batch, steps and reports its peak, and one
-baseline child that only builds the model. The baseline is subtracted from each peak. (One
-process stepping size after size would not do: memory freed by one step is not cleanly
-reused by the next, so its later peaks overstate.)"""
+per size (and workload) that builds the model, makes the micro-batch, steps and reports its
+peak, and one baseline child that only builds the model. The baseline is subtracted from
+each peak. (One process stepping size after size would not do: memory freed by one step is
+not cleanly reused by the next, so its later peaks overstate.)"""
 
 from __future__ import annotations
 
@@ -89,9 +89,10 @@ class StepMemory:
         return self.step_bytes - self.grad_bytes
 
 
-def _probe(widths: tuple[int, ...], batch_sizes: list[int], workload: str) -> list[int]:
-    """Peak resident bytes of the baseline child, then of one child per batch size."""
-    spec = json.dumps({"widths": list(widths), "batches": batch_sizes, "workload": workload})
+def _probe(widths: tuple[int, ...], runs: list[tuple[str, int]]) -> list[int]:
+    """Peak resident bytes of the baseline child, then of one child per (workload, batch
+    size) in ``runs``: one fresh Python process, so torch is imported once."""
+    spec = json.dumps({"widths": list(widths), "runs": runs})
     command = [sys.executable, "-m", "helpers.memory", "--probe", spec]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     if done.returncode != 0:
@@ -107,36 +108,67 @@ def measure_step_memory(
 ) -> list[StepMemory]:
     """Peak memory of one forward and backward (a ``workload`` of ``WORKLOADS``, by default
     ``make_mlp(widths)`` with one loss) for each batch size."""
-    build, run = _workload(workload)
+    _workload(workload)
     if not batch_sizes:
         raise ValueError("batch_sizes is empty: give at least one micro-batch size")
     for size in batch_sizes:
         _positive_int(size, "each batch size")
+    runs = [(workload, size) for size in batch_sizes]
+    return _measure(widths, runs, _memory_device(device))
+
+
+def compare_step_memory(
+    widths: tuple[int, ...],
+    batch_size: int,
+    workloads: list[str],
+    device: torch.device | None = None,
+) -> dict[str, StepMemory]:
+    """Peak memory of one step of each of ``workloads`` (of ``WORKLOADS``, all on the same
+    model) at ``batch_size``, measured side by side by one probe: ``{workload: StepMemory}``."""
+    if isinstance(workloads, str) or not workloads:
+        raise ValueError("workloads must be a non-empty list of names from WORKLOADS")
+    builders = {_workload(name)[0] for name in workloads}
+    if len(builders) > 1:
+        raise ValueError(f"workloads {workloads} build different models: compare one at a time")
+    _positive_int(batch_size, "batch_size")
+    runs = [(name, batch_size) for name in workloads]
+    return dict(zip(workloads, _measure(widths, runs, _memory_device(device)), strict=True))
+
+
+def _memory_device(device) -> torch.device:
     device = torch.device("cpu") if device is None else torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"memory can be measured on 'cpu' or 'cuda', not {device.type!r}")
+    if device.type == "cpu" and not hasattr(os, "fork"):
+        raise ValueError("measuring CPU memory needs os.fork (Linux or macOS)")
+    return device
+
+
+def _measure(
+    widths: tuple[int, ...], runs: list[tuple[str, int]], device: torch.device
+) -> list[StepMemory]:
+    """One StepMemory per (workload, batch size) of ``runs``, on ``device``."""
+    build = _workload(runs[0][0])[0]
     grad_bytes = sum(p.numel() * p.element_size() for p in build(widths).parameters())
     if device.type == "cuda":
-        run(build(widths).to(device), batch_sizes[0], device)  # warm-up: cuBLAS workspaces
+        _workload(runs[0][0])[1](build(widths).to(device), runs[0][1], device)  # cuBLAS warm-up
         torch.cuda.empty_cache()
         results = []
-        for size in batch_sizes:
-            model = build(widths).to(device)
+        for name, size in runs:
+            model = _workload(name)[0](widths).to(device)
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
             before = torch.cuda.memory_allocated(device)
-            run(model, size, device)
+            _workload(name)[1](model, size, device)
             torch.cuda.synchronize(device)
             peak = torch.cuda.max_memory_allocated(device) - before
             results.append(StepMemory(size, peak, grad_bytes))
             del model
         return results
-    if device.type != "cpu":
-        raise ValueError(f"memory can be measured on 'cpu' or 'cuda', not {device.type!r}")
-    if not hasattr(os, "fork"):
-        raise ValueError("measuring CPU memory needs os.fork (Linux or macOS)")
-    baseline, *peaks = _probe(widths, list(batch_sizes), workload)
+    baseline, *peaks = _probe(widths, [list(run) for run in runs])
     return [
         StepMemory(size, peak - baseline, grad_bytes)
-        for size, peak in zip(batch_sizes, peaks, strict=True)
+        for (_, size), peak in zip(runs, peaks, strict=True)
     ]
 
 
@@ -164,12 +196,14 @@ def _child_peak(widths: tuple[int, ...], batch_size: int | None, workload: str) 
 
 def _main() -> None:
     parser = argparse.ArgumentParser(description="the CPU probe of measure_step_memory")
-    parser.add_argument("--probe", required=True, help="JSON: widths, batches, workload")
+    parser.add_argument("--probe", required=True, help="JSON: widths, runs [[workload, size]]")
     spec = json.loads(parser.parse_args().probe)
     torch.set_num_threads(1)
     widths = tuple(spec["widths"])
-    sizes = [None, *spec["batches"]]
-    print(json.dumps([_child_peak(widths, size, spec["workload"]) for size in sizes]))
+    runs = spec["runs"]
+    peaks = [_child_peak(widths, None, runs[0][0])]  # the baseline: the model alone
+    peaks += [_child_peak(widths, size, workload) for workload, size in runs]
+    print(json.dumps(peaks))
 
 
 if __name__ == "__main__":

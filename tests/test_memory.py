@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from helpers.memory import StepMemory, measure_step_memory
+from helpers.memory import StepMemory, compare_step_memory, measure_step_memory
 from helpers.models import make_mlp
 
 
@@ -44,6 +44,32 @@ def test_two_backwards_with_retain_graph_need_more_than_one_summed_backward():
     [summed] = measure_step_memory(widths, [256], workload="two losses, summed")
     assert retained.grad_bytes == summed.grad_bytes
     assert retained.step_bytes > summed.step_bytes + 2**20
+
+
+def test_one_probe_compares_workloads_side_by_side():
+    widths = (256, 1024, 1024, 10)
+    workloads = ["two losses, retain_graph", "two losses, summed"]
+    memory = compare_step_memory(widths, 256, workloads)
+    assert list(memory) == workloads
+    retained, summed = memory.values()
+    assert retained.batch_size == summed.batch_size == 256
+    assert retained.grad_bytes == summed.grad_bytes
+    assert retained.step_bytes > summed.step_bytes + 2**20
+
+
+@pytest.mark.parametrize(
+    ("workloads", "batch_size", "error", "match"),
+    [
+        ([], 8, ValueError, "non-empty list"),
+        ("two losses, summed", 8, ValueError, "non-empty list"),
+        (["one loss", "two losses, summed"], 8, ValueError, "build different models"),
+        (["two losses, summed"], 0, ValueError, "batch_size must be at least 1"),
+        (["three losses"], 8, ValueError, "unknown workload 'three losses'"),
+    ],
+)
+def test_compare_refuses_bad_input(workloads, batch_size, error, match):
+    with pytest.raises(error, match=match):
+        compare_step_memory((4, 3, 2), batch_size, workloads)
 
 
 def test_two_heads_share_a_trunk():
