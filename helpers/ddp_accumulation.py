@@ -1,16 +1,18 @@
 """Gradient accumulation under DistributedDataParallel, measured on a real process group.
 
-Run by ``helpers.distributed.run_ddp_accumulation`` (or by hand)::
+Run by ``helpers.distributed.run_ddp_accumulation`` (through ``helpers.launcher``), or by
+hand under torchrun, unchanged::
 
-    python -m torch.distributed.run --nproc-per-node=2 -m helpers.ddp_accumulation --out r.json
+    torchrun --nproc-per-node=2 -m helpers.ddp_accumulation --out r.json
 
 Every rank builds the same seeded model and the same global data; rank ``r`` takes its own
 micro-batches. A DDP communication hook counts the gradient all-reduces (one per bucket per
 synchronized backward). Rank 0 writes the results as JSON to ``--out``:
 
-- all-reduces per optimizer step for a window of ``k`` micro-batches: with ``no_sync()`` on
-  the first ``k - 1``, without it, and with the forward pass outside ``no_sync()`` (the trap);
-- the median time per window with and without ``no_sync()``;
+- all-reduces, and the bytes they carried, per optimizer step for a window of ``k``
+  micro-batches: with ``no_sync()`` on the first ``k - 1``, without it, and with the forward
+  pass outside ``no_sync()`` (the trap);
+- the median time per window of each, the three taking turns window by window;
 - the largest difference between the accumulated DDP gradient and the single-process
   gradient of the whole global batch, and after one SGD step, between the ranks' weights and
   between them and the single-process weights;
@@ -46,17 +48,19 @@ BUCKET_CAP_MB = 0.1  # small buckets, so that the model's gradients travel in se
 
 
 class AllReduceCounter:
-    """Counts the bucket all-reduces of a DDP model (``state`` of :func:`counting_allreduce`)
-    and the distinct buckets they carried."""
+    """Counts the bucket all-reduces of a DDP model (``state`` of :func:`counting_allreduce`),
+    the bytes they carried and the distinct buckets."""
 
     def __init__(self):
         self.calls = 0
+        self.bytes = 0
         self.buckets: set[int] = set()
 
 
 def counting_allreduce(state: AllReduceCounter, bucket):
     """A DDP communication hook: count the all-reduce, then do DDP's default one."""
     state.calls += 1
+    state.bytes += bucket.buffer().numel() * bucket.buffer().element_size()
     state.buckets.add(bucket.index())
     return default_hooks.allreduce_hook(None, bucket)
 
@@ -119,7 +123,7 @@ def flat_weights(model: nn.Module) -> torch.Tensor:
 
 
 def exit_when_orphaned(interval: float = 0.5) -> None:
-    """End this rank if torchrun or the program that launched it (``GM_LAUNCHER_PID``, the
+    """End this rank if its launcher or the program that started it (``GM_LAUNCHER_PID``, the
     notebook's kernel) dies: a rank runs in its own session, so a kernel killed or restarted
     would otherwise leave it waiting forever."""
     parent = os.getppid()
@@ -178,22 +182,24 @@ def main(argv: list[str] | None = None) -> None:
     accumulate_window(ddp, mine, "sync every micro-batch")  # DDP settles its buckets here
     ddp.zero_grad()
     modes = ("no_sync", "sync every micro-batch", "forward outside no_sync")
-    allreduces, ms_per_window = {}, {}
+    allreduces, allreduce_bytes = {}, {}
     for mode in modes:
         ddp.zero_grad()
-        before = counter.calls
+        calls, sent = counter.calls, counter.bytes
         accumulate_window(ddp, mine, mode)
-        allreduces[mode] = counter.calls - before
-        times = []
-        for _ in range(args.repeats + 1):  # the first is a warm-up
+        allreduces[mode], allreduce_bytes[mode] = counter.calls - calls, counter.bytes - sent
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    for repeat in range(args.repeats + 1):  # the modes take turns; the first round warms up
+        for mode in modes:
             ddp.zero_grad()
             dist.barrier(device_ids=[device.index] if backend == "nccl" else None)
             started = time.perf_counter()
             accumulate_window(ddp, mine, mode)
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            times.append(time.perf_counter() - started)
-        ms_per_window[mode] = 1000 * statistics.median(times[1:])
+            if repeat > 0:
+                times[mode].append(time.perf_counter() - started)
+    ms_per_window = {mode: 1000 * statistics.median(times[mode]) for mode in modes}
 
     # One window with no_sync, then one step: compare with one process on the global batch.
     ddp.zero_grad()
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
             "parameters": sum(p.numel() for p in model.parameters()),
             "buckets": len(counter.buckets),
             "allreduces_per_step": allreduces,
+            "allreduce_bytes_per_step": allreduce_bytes,
             "ms_per_window": ms_per_window,
             "grad_max_diff_vs_single_process": max(d.item() for d in grad_diffs),
             "weights_max_diff_across_ranks": across_ranks,

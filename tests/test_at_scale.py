@@ -19,7 +19,7 @@ from helpers.accumulation import accumulate_gradients, current_gradients, relati
 from helpers.at_scale import MISTAKES, train_accumulating
 from helpers.audit import LoopAuditor
 from helpers.data import make_padded_tokens
-from helpers.distributed import free_port, launch, run_ddp_accumulation, torchrun_command
+from helpers.distributed import free_port, launch, launcher_command, run_ddp_accumulation
 from helpers.exercises.at_scale import (
     check_allreduces,
     check_effective_batch,
@@ -171,6 +171,13 @@ def test_the_two_process_ddp_run():
         "sync every micro-batch": K * buckets,
         "forward outside no_sync": K * buckets,
     }
+    gradient_bytes = 4 * results["parameters"]  # float32: every gradient once per all-reduce
+    assert results["allreduce_bytes_per_step"] == {
+        "no_sync": gradient_bytes,
+        "sync every micro-batch": K * gradient_bytes,
+        "forward outside no_sync": K * gradient_bytes,
+    }
+    assert set(results["ms_per_window"]) == set(results["allreduces_per_step"])
     assert results["grad_max_diff_vs_single_process"] < 1e-6
     assert results["weights_max_diff_across_ranks"] == 0.0
     assert results["weights_max_diff_vs_single_process"] < 1e-6
@@ -197,7 +204,7 @@ def wait_until(condition, timeout: float) -> bool:
 
 def test_a_failing_run_says_why(tmp_path):
     with pytest.raises(
-        RuntimeError, match=r"failed \(exit 1\):\n.*No module named helpers.no_such"
+        RuntimeError, match=r"(?s)failed \(exit 1\):\n.*No module named helpers.no_such"
     ):
         launch("helpers.no_such_module", [], nproc=2, timeout=60)
 
@@ -230,8 +237,9 @@ def test_ranks_end_when_the_launching_kernel_is_killed(tmp_path):
 
 def test_launch_command_and_port():
     port = free_port()
-    command = torchrun_command("helpers.ddp_accumulation", 2, ["--k=4"], port)
-    assert command[1:3] == ["-m", "torch.distributed.run"] and f"--master-port={port}" in command
+    command = launcher_command("helpers.ddp_accumulation", 2, ["--k=4"], port)
+    assert command[1:] == ["-m", "helpers.launcher", "--nproc=2", f"--port={port}",
+                           "helpers.ddp_accumulation", "--k=4"]  # fmt: skip
     with pytest.raises(ValueError, match="nproc"):
         launch("helpers.ddp_accumulation", [], nproc=0)
 

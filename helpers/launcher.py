@@ -1,0 +1,143 @@
+"""Start the ranks of a one-machine PyTorch program the way ``torchrun`` does, in less time.
+
+    python -m helpers.launcher --nproc 2 --port 29500 MODULE [ARGS ...]
+
+Each rank runs ``python -m MODULE ARGS`` with the environment torchrun gives it (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``,
+``MASTER_PORT``), so a program that runs here runs under ``torchrun`` unchanged. The
+difference is the start-up: torchrun starts a fresh interpreter per rank, and each imports
+torch and, on its first ``DistributedDataParallel``, ``torch._dynamo`` (about 2 s a rank on
+one slow core). On Linux this launcher imports them once and forks the ranks from itself;
+elsewhere (no safe ``fork``) each rank is a fresh interpreter, as under torchrun.
+
+When a rank fails, the others are stopped and the launcher exits with the failing rank's code.
+It ends with its ranks on SIGTERM or SIGINT (``helpers.distributed.launch`` sends SIGTERM to
+its whole process group on a timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+FORK_RANKS = sys.platform.startswith("linux")
+
+
+def rank_environment(rank: int, world: int, port: int) -> dict[str, str]:
+    """What torchrun sets for rank ``rank`` of ``world`` processes on one machine."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world),
+        "LOCAL_WORLD_SIZE": str(world),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
+def _run_forked_rank(module: str, args: list[str], env: dict[str, str]) -> None:
+    """In a forked child: run ``module`` as ``__main__``, then leave with its exit code."""
+    code = 1
+    try:
+        os.environ.update(env)
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _start_ranks(module: str, args: list[str], world: int, port: int) -> dict[int, object]:
+    """Start every rank; returns ``{rank: pid}`` (forked) or ``{rank: Popen}``."""
+    ranks: dict[int, object] = {}
+    for rank in range(world):
+        env = rank_environment(rank, world, port)
+        if FORK_RANKS:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _run_forked_rank(module, args, env)
+            ranks[rank] = pid
+        else:
+            command = [sys.executable, "-m", module, *args]
+            ranks[rank] = subprocess.Popen(command, env=dict(os.environ, **env))
+    return ranks
+
+
+def _poll(handle) -> int | None:
+    """The exit code of a rank that has ended (a signal as 128 + its number), else None."""
+    if isinstance(handle, subprocess.Popen):
+        code = handle.poll()
+        return None if code is None else (128 - code if code < 0 else code)
+    pid, status = os.waitpid(handle, os.WNOHANG)
+    if pid == 0:
+        return None
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _stop(ranks: dict[int, object]) -> None:
+    for handle in ranks.values():
+        pid = handle.pid if isinstance(handle, subprocess.Popen) else handle
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def run(module: str, args: list[str], world: int, port: int) -> int:
+    """Run ``world`` ranks of ``module``; 0 if all succeed, else the first failing code."""
+    if FORK_RANKS:  # what every rank imports anyway, once, before the fork; torch._dynamo
+        importlib.import_module("torch._dynamo")  # is imported by DistributedDataParallel()
+    ranks = _start_ranks(module, args, world, port)
+
+    def stop_all(signum, _frame):
+        _stop(ranks)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    running = dict(ranks)
+    while running:
+        for rank, handle in list(running.items()):
+            code = _poll(handle)
+            if code is None:
+                continue
+            del running[rank]
+            if code != 0:
+                print(f"launcher: rank {rank} exited with code {code}", file=sys.stderr)
+                _stop(running)
+                return code
+        time.sleep(0.02)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nproc", type=int, required=True, help="processes (ranks)")
+    parser.add_argument("--port", type=int, required=True, help="MASTER_PORT on 127.0.0.1")
+    parser.add_argument("module", help="the program, run as python -m MODULE")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    options = parser.parse_args(argv)
+    if options.nproc < 1:
+        parser.error(f"--nproc must be at least 1, got {options.nproc}")
+    return run(options.module, options.args, options.nproc, options.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""helpers.launcher: ranks started as torchrun starts them, failures and signals passed on,
+and the DDP program of notebook 06 giving the same counts under the real torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.distributed import free_port
+from helpers.launcher import rank_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_launcher(tmp_path, program: str, nproc: int = 2, timeout: float = 60):
+    """Run ``program`` (the body of module ``rank_program``) under the launcher."""
+    (tmp_path / "rank_program.py").write_text(textwrap.dedent(program), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    command = [sys.executable, "-m", "helpers.launcher", f"--nproc={nproc}",
+               f"--port={free_port()}", "rank_program", "--flag", "x"]  # fmt: skip
+    return subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_the_environment_is_torchruns():
+    assert rank_environment(1, 2, 29500) == {
+        "RANK": "1",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
+
+
+def test_every_rank_runs_the_module_as_main_with_its_arguments(tmp_path):
+    done = run_launcher(
+        tmp_path,
+        """
+        import os, pathlib, sys
+        if __name__ == "__main__":
+            rank = os.environ["RANK"]
+            pathlib.Path(f"rank{rank}.txt").write_text(
+                " ".join([os.environ["WORLD_SIZE"], os.environ["MASTER_PORT"], *sys.argv[1:]])
+            )
+        """,
+        nproc=3,
+    )
+    assert done.returncode == 0, done.stderr
+    written = sorted(path.name for path in tmp_path.glob("rank*.txt"))
+    assert written == ["rank0.txt", "rank1.txt", "rank2.txt"]
+    world, port, *args = (tmp_path / "rank2.txt").read_text().split()
+    assert world == "3" and port.isdigit() and args == ["--flag", "x"]
+
+
+def test_a_failing_rank_stops_the_others_and_gives_its_exit_code(tmp_path):
+    done = run_launcher(
+        tmp_path,
+        """
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            sys.exit(3)
+        time.sleep(60)  # rank 0 would wait for rank 1 for ever
+        """,
+        timeout=30,
+    )
+    assert done.returncode == 3
+    assert "rank 1 exited with code 3" in done.stderr
+
+
+def test_an_exception_in_a_rank_is_printed_and_fails_the_run(tmp_path):
+    done = run_launcher(tmp_path, "raise ValueError('k must be positive')")
+    assert done.returncode == 1
+    assert "ValueError: k must be positive" in done.stderr
+
+
+def test_a_bad_process_count_is_refused():
+    command = [sys.executable, "-m", "helpers.launcher", "--nproc=0", "--port=1", "m"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--nproc must be at least 1, got 0" in done.stderr
+
+
+@pytest.mark.skipif(
+    not __import__("torch").distributed.is_available(), reason="needs torch.distributed"
+)
+def test_the_ddp_program_counts_the_same_under_real_torchrun(tmp_path):
+    out = tmp_path / "results.json"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+        "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+        "-m", "helpers.ddp_accumulation", f"--out={out}", "--k=4", "--micro-batch=16",
+        "--repeats=1",
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), GM_DDP_BACKEND="gloo")
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    buckets = results["buckets"]
+    assert results["allreduces_per_step"] == {
+        "no_sync": buckets,
+        "sync every micro-batch": 4 * buckets,
+        "forward outside no_sync": 4 * buckets,
+    }
+    assert results["weights_max_diff_across_ranks"] == 0.0
