@@ -22,19 +22,6 @@ def grad_bytes(params: Iterable[torch.Tensor]) -> int:
     return total
 
 
-def median_seconds(
-    action: Callable[[], object],
-    *,
-    setup: Callable[[], object] | None = None,
-    repeats: int = 25,
-) -> float:
-    """Median wall time of ``action()`` over ``repeats`` runs; ``setup()`` runs untimed
-    before each one. The first run is a warm-up and is not counted."""
-    if not callable(action):
-        raise TypeError("action and setup must be functions taking no arguments")
-    return median_seconds_each({"action": action}, setup=setup, repeats=repeats)["action"]
-
-
 def median_seconds_each(
     actions: Mapping[str, Callable[[], object]],
     *,

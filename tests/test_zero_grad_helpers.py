@@ -7,7 +7,7 @@ from torch import nn
 from helpers import zero_grad_facts as facts
 from helpers.data import make_article_setup, split_batches
 from helpers.grads import GradLog, describe_grad, grad_state, grad_states
-from helpers.measure import grad_bytes, median_seconds
+from helpers.measure import grad_bytes
 from helpers.optimizer_steps import (
     GRAD_MODES,
     OPTIMIZERS,
@@ -95,18 +95,6 @@ class TestMeasure:
         assert grad_bytes([a, b]) == 12 * 4 + 5 * 8
         with pytest.raises(TypeError, match="not a tensor"):
             grad_bytes([a, "b"])
-
-    def test_median_seconds_runs_setup_untimed_and_skips_the_warm_up(self):
-        calls = []
-        seconds = median_seconds(
-            lambda: calls.append("a"), setup=lambda: calls.append("s"), repeats=3
-        )
-        assert calls == ["s", "a"] * 4
-        assert 0 <= seconds < 0.1
-        with pytest.raises(ValueError, match="repeats must be at least 1"):
-            median_seconds(lambda: None, repeats=0)
-        with pytest.raises(TypeError, match="functions"):
-            median_seconds(42)
 
 
 class TestNoneVersusZeros:
@@ -206,6 +194,8 @@ def test_median_seconds_each_takes_turns_and_refuses_bad_input():
     )
     assert calls == ["setup", "a", "setup", "b"] * 3, "turns, with setup before each run"
     assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        median_seconds_each({"a": lambda: None}, repeats=0)
     with pytest.raises(ValueError):
         median_seconds_each({})
     with pytest.raises(TypeError):
