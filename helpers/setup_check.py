@@ -29,7 +29,7 @@ TORCH_FIX = (
     "--index-url https://download.pytorch.org/whl/cpu for the small build)"
 )
 REQUIREMENTS = (
-    Requirement("torch", "torch", (2, 1), TORCH_FIX),
+    Requirement("torch", "torch", (2, 3), TORCH_FIX),  # pyproject.toml's (a test checks)
     Requirement("jupyterlab", "jupyterlab", (4, 0), "python -m pip install -U jupyterlab", False),
     Requirement("ipywidgets", "ipywidgets", (7, 6), "python -m pip install -U ipywidgets"),
     Requirement("matplotlib", "matplotlib", (3, 8), "python -m pip install -U matplotlib"),

@@ -1,5 +1,5 @@
-"""Repository-level checks: Binder matches requirements.txt, README matches the notebooks,
-and ruff is clean on helpers, tests, tools and notebooks."""
+"""Repository-level checks: Binder matches requirements.txt, one set of minimum versions,
+README matches the notebooks, and ruff is clean on helpers, tests, tools and notebooks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 from course import ROOT, notebook_paths, read, repository_url, title
+
+from helpers.setup_check import MINIMUM_PYTHON, REQUIREMENTS, parse_version
 
 
 def requirement_lines(path):
@@ -25,9 +28,42 @@ def test_binder_installs_the_same_packages_with_the_cpu_torch_wheel():
     binder_lines = requirement_lines("binder/requirements.txt")
     assert binder_lines[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
     binder = dict(split_requirement(line) for line in binder_lines[1:])
-    assert set(binder) == set(course)
-    assert binder.pop("torch") == course.pop("torch") + "+cpu"
     assert binder == course
+
+
+def pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def minimums(lines):
+    """{package: (minimum version)} of requirement lines written ``name>=X.Y``."""
+    found = {}
+    for line in lines:
+        name, spec = split_requirement(line)
+        match = re.fullmatch(r">=(\d+(?:\.\d+)*)", spec)
+        if match:
+            found[name] = parse_version(match.group(1))
+    return found
+
+
+def test_learners_get_ranges_and_only_the_constraints_file_pins_torch():
+    for path in ("requirements.txt", "binder/requirements.txt", "requirements-test.txt"):
+        assert not any("==" in line for line in requirement_lines(path) if "torch" in line), path
+    assert requirement_lines("constraints.txt") == ["torch==2.13.0"]
+    assert "Tested with" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_notebook_00_and_the_requirements_use_pyprojects_minimums():
+    project = pyproject()["project"]
+    declared = minimums(project["dependencies"])
+    assert declared["torch"] == (2, 3)
+    checked = {req.name: req.minimum for req in REQUIREMENTS}
+    for name, minimum in declared.items():
+        assert checked[name] == minimum, f"helpers/setup_check.py checks {name} >= {checked[name]}"
+    assert minimums(requirement_lines("requirements.txt"))["torch"] == declared["torch"]
+    python = re.fullmatch(r">=(\d+\.\d+)", project["requires-python"]).group(1)
+    assert MINIMUM_PYTHON == parse_version(python)
 
 
 def test_binder_pins_the_tested_python_and_installs_the_helpers():

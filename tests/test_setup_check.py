@@ -68,3 +68,21 @@ def test_jupyterlab_is_optional_on_colab(monkeypatch):
     )
     assert check_environment()[1].ok
     assert CheckLine("x", "1", True, "").ok
+
+
+@pytest.mark.parametrize(
+    ("found", "ok"), [("2.2.2", False), ("2.3.0", True), ("2.14.1+cu128", True)]
+)
+def test_torch_below_the_course_minimum_fails_with_the_upgrade(monkeypatch, found, ok):
+    real_version = setup_check.metadata.version
+    monkeypatch.setattr(
+        setup_check.metadata,
+        "version",
+        lambda name: found if name == "torch" else real_version(name),
+    )
+    torch_line = next(line for line in check_environment() if line.name == "torch")
+    assert torch_line.ok is ok
+    if not ok:
+        assert str(torch_line).startswith(
+            f"[FAIL] torch       {found}  ->  python -m pip install -U torch"
+        )

@@ -5,9 +5,11 @@ it (runtime.txt, requirements.txt, then postBuild), and run the whole nbval suit
     python tools/simulate_binder.py --env DIR
 
 Where torch's CPU-wheel index (binder/requirements.txt's --extra-index-url) cannot be
-reached, the same torch version is installed first from what pip finds without it (a local
-wheel here), and the index line is dropped. pytest and nbval are added to run the suite:
-they are the test's tools, not part of what Binder builds. Exit status: the suite's.
+reached, the index line is dropped and torch is installed first at the version the
+committed outputs were made with (constraints.txt), from what pip finds without the index
+(a local wheel here): the newest torch in binder's range would be a CUDA build of GBs.
+pytest and nbval are added to run the suite: they are the test's tools, not part of what
+Binder builds. Exit status: the suite's.
 """
 
 from __future__ import annotations
@@ -43,11 +45,13 @@ def requirements_for_here(text: str) -> tuple[str, str | None]:
     index = re.search(r"^--extra-index-url\s+(\S+)", text, flags=re.MULTILINE)
     if index is None or index_reachable(index.group(1)):
         return text, None
-    torch = re.search(r"^torch==(\S+?)(\+cpu)?$", text, flags=re.MULTILINE)
-    if torch is None:
-        raise ValueError("binder/requirements.txt pins no torch==VERSION")
+    if re.search(r"^torch\b", text, flags=re.MULTILINE) is None:
+        raise ValueError("binder/requirements.txt does not ask for torch")
+    pinned = re.search(r"^torch==\S+$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    if pinned is None:
+        raise ValueError("constraints.txt pins no torch==VERSION")
     without_index = re.sub(r"^--extra-index-url.*\n", "", text, flags=re.MULTILINE)
-    return without_index, f"torch=={torch.group(1)}"
+    return without_index, pinned.group(0)
 
 
 def run(command: list[str], **kwargs) -> None:
