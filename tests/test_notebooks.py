@@ -3,6 +3,7 @@ in sync with the repository URL."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import nbformat
@@ -11,6 +12,11 @@ import sync_notebooks
 from course import cells_tagged, notebook_paths, read, title
 
 NOTEBOOKS = notebook_paths()
+# An absolute path of some machine: a Unix root folder, site-packages, or a Windows drive.
+MACHINE_PATH = re.compile(
+    r"(?<![\w.])/(?:home|root|usr|tmp|var|opt|Users|private|mnt|srv|work|Library)/"
+    r"|site-packages|dist-packages|\b[A-Za-z]:\\\\"
+)
 NAMES = [path.name for path in NOTEBOOKS]
 SYLLABUS_PREFIXES = ["00_", "01_", "02_", "03_", "04_", "05_", "06_"]
 
@@ -51,6 +57,15 @@ class TestHygiene:
                     output.get("data", {}).get("text/plain", "")
                 )
                 assert not re.search(r"0x[0-9a-fA-F]{6,}", text), text
+
+    def test_no_machine_paths_or_tracebacks_in_outputs(self, path):
+        for cell in code_cells(read(path)):
+            for output in cell.outputs:
+                text = json.dumps(output)
+                found = MACHINE_PATH.search(text)
+                assert found is None, f"a machine's path {found.group(0)!r} in: {text[:300]}"
+                if output.output_type == "error":
+                    assert output.traceback == [f"{output.ename}: {output.evalue}"]
 
     def test_ignored_outputs_are_followed_by_an_assertion(self, path):
         cells = code_cells(read(path))
