@@ -1,10 +1,22 @@
-"""Run every notebook in a fresh kernel on one CPU core and print wall time and peak memory
-next to the floor: a notebook that only imports torch, matplotlib and the helpers.
+"""Measure each notebook's wall time and peak memory on one CPU core against the floor.
 
-    python tools/measure_notebooks.py            # table; exit 1 if a notebook is over budget
-    python tools/measure_notebooks.py --update-readme  # also write it into README.md
+The floor is a notebook that only imports torch, matplotlib and the helpers.
 
-Budget per notebook: wall time within floor + 10 s, peak memory within 2x the floor's.
+    python tools/measure_notebooks.py                      # table; exit 1 if over budget
+    python tools/measure_notebooks.py notebooks/06_*.ipynb # only these (and the floor)
+    python tools/measure_notebooks.py --rounds 5           # more rounds: steadier medians
+    python tools/measure_notebooks.py --update-readme      # also write the table into README.md
+
+It measures in rounds (``--rounds``, default 3). Each round runs the floor and then every
+notebook once, each in a fresh child process and kernel, pinned to core 0 (taskset -c 0, where
+taskset exists) with one thread (OMP_NUM_THREADS=1). A notebook's extra time is the median over
+rounds of its wall time minus the floor's in the same round, so the verdict is relative to the
+floor measured alongside it: time the machine adds to every run (a slower start, a busy
+neighbour) cancels, and one round disturbed by a passing load is outvoted. Peak memory is the
+maximum over rounds.
+
+Budget per notebook: extra time within EXTRA_SECONDS (5 s), peak memory within MEMORY_FACTOR
+(2x) the floor's peak.
 """
 
 from __future__ import annotations
@@ -14,10 +26,14 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -25,14 +41,159 @@ from course import NOTEBOOKS, ROOT, notebook_paths, read, repository_url
 from run_notebooks import execute
 from sync_notebooks import setup_source
 
-EXTRA_SECONDS = 10.0
+EXTRA_SECONDS = 5.0
 MEMORY_FACTOR = 2.0
+DEFAULT_ROUNDS = 3
+FLOOR = "floor (imports only)"
 FLOOR_IMPORTS = """\
 import torch
 import matplotlib
 import helpers.plots
 import helpers.training
 import helpers.widgets"""
+
+Measurement = dict  # {"seconds": float, "peak_mib": float}: one run of one notebook
+Round = dict  # name -> Measurement, the floor first, as measured in one round
+
+
+@dataclass(frozen=True)
+class Row:
+    """One notebook's summary over all rounds."""
+
+    name: str
+    seconds: float  # median wall time
+    extra: float  # median over rounds of (its time - the floor's time in the same round)
+    peak_mib: float  # maximum over rounds
+    ok: bool | None  # within budget; None for the floor, the reference
+
+
+# --- pure logic ---------------------------------------------------------------------------
+
+
+def median_extra(seconds: Sequence[float], floor_seconds: Sequence[float]) -> float:
+    """Median over rounds of ``seconds[i] - floor_seconds[i]``: each run minus the floor run
+    of the same round."""
+    if not seconds:
+        raise ValueError("no rounds measured")
+    if len(seconds) != len(floor_seconds):
+        raise ValueError(
+            f"{len(seconds)} notebook times but {len(floor_seconds)} floor times: "
+            "one floor time per round is needed"
+        )
+    return statistics.median(s - f for s, f in zip(seconds, floor_seconds, strict=True))
+
+
+def within_budget(extra: float, peak_mib: float, floor_peak_mib: float) -> bool:
+    """Within floor + EXTRA_SECONDS of wall time and MEMORY_FACTOR x the floor's peak memory."""
+    return extra <= EXTRA_SECONDS and peak_mib <= MEMORY_FACTOR * floor_peak_mib
+
+
+def summarize(rounds: Sequence[Round]) -> list[Row]:
+    """The floor's row, then one row per notebook, from rounds that each measured the floor
+    (under ``FLOOR``) and the same notebooks."""
+    if not rounds:
+        raise ValueError("no rounds measured")
+    names = list(rounds[0])
+    if FLOOR not in names:
+        raise ValueError(f"every round must measure the floor ({FLOOR!r})")
+    for number, measured in enumerate(rounds, start=1):
+        if set(measured) != set(names):
+            raise ValueError(
+                f"round {number} measured {sorted(measured)}, round 1 measured {sorted(names)}"
+            )
+    floor_seconds = [measured[FLOOR]["seconds"] for measured in rounds]
+    floor_peak = max(measured[FLOOR]["peak_mib"] for measured in rounds)
+    rows = [Row(FLOOR, statistics.median(floor_seconds), 0.0, floor_peak, None)]
+    for name in names:
+        if name == FLOOR:
+            continue
+        seconds = [measured[name]["seconds"] for measured in rounds]
+        extra = median_extra(seconds, floor_seconds)
+        peak = max(measured[name]["peak_mib"] for measured in rounds)
+        ok = within_budget(extra, peak, floor_peak)
+        rows.append(Row(name, statistics.median(seconds), extra, peak, ok))
+    return rows
+
+
+def all_within(rows: Iterable[Row]) -> bool:
+    return all(row.ok is not False for row in rows)
+
+
+def how_measured(rounds: int, pinned: bool) -> str:
+    """The line above the table that says how it was measured."""
+    where = "one core (taskset -c 0), one thread" if pinned else "one thread (not pinned to a core)"
+    plural = "round" if rounds == 1 else "rounds"
+    return (
+        f"Median of {rounds} {plural} on {where}; each round runs the floor, then each notebook,"
+        f" each in a fresh kernel. Extra = the notebook's time minus the floor's in the same round."
+        f" Budget: extra within {EXTRA_SECONDS:g} s, peak memory (max over rounds) within"
+        f" {MEMORY_FACTOR:g}x the floor's."
+    )
+
+
+HEADER = (
+    "notebook",
+    "wall time (s), median",
+    "extra over floor (s), median",
+    "peak memory (MiB), max",
+    "within budget",
+)
+
+
+def render(rows: Sequence[Row], rounds: int, pinned: bool, markdown: bool) -> str:
+    """The table, markdown (for the README) or plain text, under the how-measured paragraph."""
+    lines = textwrap.wrap(how_measured(rounds, pinned), width=95)
+    if markdown:
+        lines += ["", "| " + " | ".join(HEADER) + " |", "|---|---:|---:|---:|---|"]
+        for row in rows:
+            extra = "—" if row.ok is None else f"{row.extra:.1f}"
+            verdict = "(reference)" if row.ok is None else ("yes" if row.ok else "**no**")
+            lines.append(
+                f"| {row.name} | {row.seconds:.1f} | {extra} | {row.peak_mib:.0f} | {verdict} |"
+            )
+    else:
+        widths = (34, 21, 28, 22)
+        lines.append(
+            f"{HEADER[0]:<{widths[0]}} {HEADER[1]:>{widths[1]}} {HEADER[2]:>{widths[2]}}"
+            f" {HEADER[3]:>{widths[3]}}  {HEADER[4]}"
+        )
+        for row in rows:
+            extra = "-" if row.ok is None else f"{row.extra:.1f}"
+            verdict = "(reference)" if row.ok is None else ("yes" if row.ok else "NO")
+            lines.append(
+                f"{row.name:<{widths[0]}} {row.seconds:>{widths[1]}.1f} {extra:>{widths[2]}}"
+                f" {row.peak_mib:>{widths[3]}.0f}  {verdict}"
+            )
+    return "\n".join(lines)
+
+
+def select_notebooks(paths: Sequence[Path]) -> list[Path]:
+    """The notebooks named (each once, in order), or every course notebook when none is."""
+    if not paths:
+        return notebook_paths()
+    chosen: dict[str, Path] = {}
+    for path in paths:
+        if path.suffix != ".ipynb":
+            raise ValueError(f"not a notebook (.ipynb): {path}")
+        if not path.is_file():
+            raise ValueError(f"no such notebook: {path}")
+        if chosen.setdefault(path.name, path.resolve()) != path.resolve():
+            raise ValueError(f"two notebooks named {path.name}: {chosen[path.name]} and {path}")
+    return list(chosen.values())
+
+
+def positive_rounds(text: str) -> int:
+    """argparse type for ``--rounds``: an integer of at least 1."""
+    try:
+        rounds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if rounds < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {rounds}")
+    return rounds
+
+
+# --- measuring ----------------------------------------------------------------------------
 
 
 def floor_notebook() -> nbformat.NotebookNode:
@@ -59,12 +220,17 @@ def measure_here(path: Path) -> dict:
     return {"seconds": seconds, "peak_mib": peak_kib / 1024}
 
 
+def pinned() -> bool:
+    """Whether child processes are pinned to one core (taskset is available)."""
+    return shutil.which("taskset") is not None
+
+
 def measure(path: Path) -> dict:
     """Measure ``path`` in a child process pinned to one core with one thread."""
     env = dict(os.environ, GM_DEVICE="cpu", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("GM_STRICT_CHECKS", None)
     command = [sys.executable, __file__, "--one", str(path)]
-    if shutil.which("taskset"):
+    if pinned():
         command = ["taskset", "-c", "0", *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -72,41 +238,43 @@ def measure(path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def table(markdown: bool) -> tuple[str, bool]:
+def run_rounds(
+    floor_path: Path,
+    paths: Sequence[Path],
+    rounds: int,
+    measure_one: Callable[[Path], Measurement],
+    log: Callable[[str], None] = lambda line: None,
+) -> list[Round]:
+    """``rounds`` rounds, each measuring the floor and then every notebook once."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    measured_rounds = []
+    for number in range(1, rounds + 1):
+        measured: Round = {}
+        for name, path in [(FLOOR, floor_path), *((path.name, path) for path in paths)]:
+            measured[name] = result = measure_one(path)
+            log(
+                f"round {number}/{rounds}: {name}: {result['seconds']:.1f} s, "
+                f"{result['peak_mib']:.0f} MiB"
+            )
+        measured_rounds.append(measured)
+    return measured_rounds
+
+
+def table(paths: Sequence[Path], rounds: int, markdown: bool) -> tuple[str, bool]:
+    """Measure ``paths`` and the floor in ``rounds`` rounds: the table and whether all fit."""
     with tempfile.TemporaryDirectory() as folder:
         floor_path = Path(folder) / "floor.ipynb"
         nbformat.write(floor_notebook(), floor_path)
-        floor = measure(floor_path)
-    rows = [("floor (imports only)", floor, True)]
-    for path in notebook_paths():
-        result = measure(path)
-        ok = (
-            result["seconds"] <= floor["seconds"] + EXTRA_SECONDS
-            and result["peak_mib"] <= MEMORY_FACTOR * floor["peak_mib"]
+        measured = run_rounds(
+            floor_path, paths, rounds, measure, log=lambda line: print(line, file=sys.stderr)
         )
-        rows.append((path.name, result, ok))
-    header = ("notebook", "wall time (s)", "peak memory (MiB)", "within budget")
-    lines = []
-    if markdown:
-        lines += ["| " + " | ".join(header) + " |", "|---|---:|---:|---|"]
-        for name, result, ok in rows:
-            verdict = "(reference)" if name.startswith("floor") else ("yes" if ok else "**no**")
-            lines.append(
-                f"| {name} | {result['seconds']:.1f} | {result['peak_mib']:.0f} | {verdict} |"
-            )
-    else:
-        lines.append(f"{header[0]:<34} {header[1]:>13} {header[2]:>18}  {header[3]}")
-        for name, result, ok in rows:
-            verdict = "" if name.startswith("floor") else ("yes" if ok else "NO")
-            lines.append(
-                f"{name:<34} {result['seconds']:>13.1f} {result['peak_mib']:>18.0f}  {verdict}"
-            )
-    return "\n".join(lines), all(ok for _, _, ok in rows)
+    rows = summarize(measured)
+    return render(rows, rounds, pinned(), markdown), all_within(rows)
 
 
-def update_readme(text: str) -> None:
+def update_readme(text: str, readme: Path = ROOT / "README.md") -> None:
     """Replace the table between the README's speed-table markers."""
-    readme = ROOT / "README.md"
     start, end = "<!-- speed-table -->", "<!-- /speed-table -->"
     before, rest = readme.read_text(encoding="utf-8").split(start)
     _, after = rest.split(end)
@@ -115,20 +283,35 @@ def update_readme(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "paths", nargs="*", type=Path, help="notebooks to measure (default: every one)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_rounds,
+        default=DEFAULT_ROUNDS,
+        help=f"rounds of floor + notebooks (default {DEFAULT_ROUNDS})",
+    )
     parser.add_argument("--update-readme", action="store_true", help="write the README's table")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(measure_here(args.one)))
         return 0
-    text, within = table(markdown=args.update_readme)
+    if args.update_readme and args.paths:
+        parser.error("--update-readme writes the table of every notebook: name no notebooks")
+    try:
+        paths = select_notebooks(args.paths)
+    except ValueError as error:
+        parser.error(str(error))
+    text, within = table(paths, args.rounds, markdown=args.update_readme)
     print(text)
     if args.update_readme:
         update_readme(text)
     if not within:
         print(
-            f"over budget: keep each notebook within floor + {EXTRA_SECONDS:.0f} s "
-            f"and {MEMORY_FACTOR:.0f}x the floor's peak memory"
+            f"over budget: keep each notebook within floor + {EXTRA_SECONDS:g} s "
+            f"and {MEMORY_FACTOR:g}x the floor's peak memory"
         )
     return 0 if within else 1
 

@@ -1,0 +1,321 @@
+"""tools/measure_notebooks.py: the verdict is relative to the floor measured in the same round,
+so a slower or busy machine does not fail a notebook, and a notebook that got slower does.
+No notebook is executed here: measurements are made up, the child process is faked."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import measure_notebooks as mn
+import pytest
+from course import NOTEBOOKS, notebook_paths
+
+FLOOR = mn.FLOOR
+
+
+def make_rounds(floor, peak=None, **notebooks):
+    """Rounds from per-round times: ``make_rounds([2, 2], a=[5, 6])``; peaks as ``peak={...}``."""
+    peak = peak or {}
+    count = len(floor)
+    assert all(len(times) == count for times in notebooks.values())
+    return [
+        {
+            name: {"seconds": times[i], "peak_mib": peak.get(name, [300.0] * count)[i]}
+            for name, times in [(FLOOR, floor), *notebooks.items()]
+        }
+        for i in range(count)
+    ]
+
+
+def verdicts(rounds):
+    return {row.name: row.ok for row in mn.summarize(rounds)}
+
+
+def extras(rounds):
+    return {row.name: row.extra for row in mn.summarize(rounds)}
+
+
+def transform(rounds, change, only_round=None):
+    """Apply ``change`` to every time (of one round, or of all)."""
+    return [
+        {name: {**m, "seconds": change(m["seconds"])} for name, m in measured.items()}
+        if only_round in (None, i)
+        else measured
+        for i, measured in enumerate(rounds)
+    ]
+
+
+# A notebook well within budget, one just within, one just over (extra 3, 4.8, 5.4 s).
+BASE = make_rounds(
+    [2.3, 2.5, 2.4],
+    fast=[5.3, 5.5, 5.4],
+    close=[7.1, 7.3, 7.2],
+    slow=[7.7, 7.9, 7.8],
+)
+BASE_VERDICTS = {FLOOR: None, "fast": True, "close": True, "slow": False}
+
+
+def test_base_verdicts_follow_the_five_second_budget():
+    assert mn.EXTRA_SECONDS == 5.0
+    assert verdicts(BASE) == BASE_VERDICTS
+    assert extras(BASE)["close"] == pytest.approx(4.8)
+
+
+@pytest.mark.parametrize("only_round", [None, 0, 1, 2])
+def test_every_run_three_seconds_slower_changes_no_verdict(only_round):
+    slower = transform(BASE, lambda s: s + 3.0, only_round)
+    assert verdicts(slower) == BASE_VERDICTS
+    assert extras(slower) == pytest.approx(extras(BASE))
+
+
+@pytest.mark.parametrize("only_round", [0, 1, 2])
+def test_one_round_twice_as_slow_changes_no_verdict(only_round):
+    slower = transform(BASE, lambda s: s * 2.0, only_round)
+    assert verdicts(slower) == BASE_VERDICTS
+    # That round alone, like the old single run, would fail the notebook that is within budget.
+    assert verdicts([slower[only_round]])["close"] is False
+
+
+def test_a_notebook_that_got_slower_fails_on_the_same_machine():
+    slower_notebook = make_rounds([2.3, 2.5, 2.4], close=[9.1, 9.3, 9.2])  # 2 s more than BASE
+    assert verdicts(slower_notebook)["close"] is False
+    assert extras(slower_notebook)["close"] == pytest.approx(6.8)
+
+
+def test_a_notebook_that_got_slower_fails_on_a_slower_machine_too():
+    slower_machine = transform(BASE, lambda s: s + 3.0)
+    slower_machine[0]["close"]["seconds"] += 2.0
+    slower_machine[1]["close"]["seconds"] += 2.0
+    slower_machine[2]["close"]["seconds"] += 2.0
+    assert verdicts(slower_machine)["close"] is False
+
+
+@pytest.mark.parametrize("loaded", [0, 1, 2])
+def test_the_median_ignores_one_loaded_round(loaded):
+    rounds = make_rounds([2.3, 2.5, 2.4], close=[7.1, 7.3, 7.2])
+    rounds[loaded]["close"]["seconds"] += 20.0  # a load that hit the notebook, not the floor
+    assert verdicts(rounds)["close"] is True
+    assert extras(rounds)["close"] == pytest.approx(4.8)
+
+
+def test_a_loaded_floor_in_one_round_does_not_pass_a_slow_notebook():
+    rounds = make_rounds([2.3, 2.5, 2.4], slow=[7.7, 7.9, 7.8])
+    rounds[1][FLOOR]["seconds"] += 20.0  # that round's difference goes very negative
+    assert verdicts(rounds)["slow"] is False
+
+
+def test_two_slow_rounds_of_three_fail():
+    rounds = make_rounds([2.3, 2.5, 2.4], close=[7.1, 7.3 + 2, 7.2 + 2])
+    assert verdicts(rounds)["close"] is False
+
+
+def test_extra_is_the_median_of_differences_not_the_difference_of_medians():
+    # Differences 3, 3, 6 -> 3; median(nb) - median(floor) would be 8 - 3 = 5.
+    assert mn.median_extra([4.0, 8.0, 9.0], [1.0, 5.0, 3.0]) == pytest.approx(3.0)
+    assert mn.median_extra([5.0, 9.0], [2.0, 4.0]) == pytest.approx(4.0)  # even: the mean of two
+
+
+def test_rows_report_median_wall_time_and_max_peak_memory():
+    rounds = make_rounds(
+        [2.0, 9.0, 3.0],
+        peak={FLOOR: [270.0, 280.0, 275.0], "nb": [350.0, 420.0, 360.0]},
+        nb=[5.0, 6.0, 30.0],
+    )
+    floor_row, row = mn.summarize(rounds)
+    assert (floor_row.name, floor_row.seconds, floor_row.peak_mib, floor_row.ok) == (
+        FLOOR,
+        3.0,
+        280.0,
+        None,
+    )
+    assert (row.name, row.seconds, row.extra, row.peak_mib) == ("nb", 6.0, 3.0, 420.0)
+
+
+def test_memory_verdict_is_twice_the_floors_peak():
+    assert mn.MEMORY_FACTOR == 2.0
+    assert mn.within_budget(1.0, 600.0, 300.0)
+    assert not mn.within_budget(1.0, 600.5, 300.0)
+
+
+def test_memory_over_budget_in_one_round_fails_a_fast_notebook():
+    rounds = make_rounds(
+        [2.0, 2.0, 2.0],
+        peak={FLOOR: [300.0] * 3, "nb": [400.0, 650.0, 400.0]},
+        nb=[3.0, 3.0, 3.0],
+    )
+    assert verdicts(rounds)["nb"] is False
+    rounds[1]["nb"]["peak_mib"] = 590.0
+    assert verdicts(rounds)["nb"] is True
+
+
+def test_time_verdict_boundary():
+    assert mn.within_budget(5.0, 300.0, 300.0)
+    assert not mn.within_budget(5.01, 300.0, 300.0)
+
+
+# --- bad input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "argument --rounds: must be at least 1, got 0"),
+        ("-2", "at least 1"),
+        ("three", "whole number"),
+    ],
+)
+def test_bad_rounds_is_a_clear_error(value, message, capsys, monkeypatch):
+    monkeypatch.setattr(mn, "measure", pytest.fail)  # nothing may be measured
+    with pytest.raises(SystemExit) as exit_info:
+        mn.main(["--rounds", value])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_pure_functions_reject_empty_or_mismatched_rounds():
+    with pytest.raises(ValueError, match="no rounds"):
+        mn.summarize([])
+    with pytest.raises(ValueError, match="no rounds"):
+        mn.median_extra([], [])
+    with pytest.raises(ValueError, match="one floor time per round"):
+        mn.median_extra([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="at least 1"):
+        mn.run_rounds(Path("floor.ipynb"), [], 0, pytest.fail)
+
+
+def test_summarize_rejects_rounds_without_the_floor_or_with_different_notebooks():
+    with pytest.raises(ValueError, match="floor"):
+        mn.summarize([{"nb": {"seconds": 1.0, "peak_mib": 1.0}}])
+    rounds = make_rounds([2.0, 2.0], a=[3.0, 3.0], b=[3.0, 3.0])
+    del rounds[1]["b"]
+    with pytest.raises(ValueError, match="round 2"):
+        mn.summarize(rounds)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["notebooks/99_missing.ipynb"], "no such notebook"),
+        (["README.md"], "not a notebook"),
+        (["--update-readme", "notebooks/00_setup_check.ipynb"], "name no notebooks"),
+    ],
+)
+def test_bad_notebook_selection_is_a_clear_error(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(NOTEBOOKS.parent)
+    monkeypatch.setattr(mn, "measure", pytest.fail)
+    with pytest.raises(SystemExit) as exit_info:
+        mn.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# --- selection, rounds, output ----------------------------------------------------------
+
+
+def test_select_notebooks_defaults_to_every_notebook_and_keeps_each_once():
+    assert mn.select_notebooks([]) == notebook_paths()
+    first, second = notebook_paths()[:2]
+    relative = first.relative_to(Path.cwd()) if first.is_relative_to(Path.cwd()) else first
+    assert mn.select_notebooks([second, first, relative]) == [second, first]
+
+
+def test_rounds_interleave_the_floor_with_the_notebooks():
+    calls = []
+
+    def fake(path):
+        calls.append(path.name)
+        return {"seconds": 1.0, "peak_mib": 1.0}
+
+    floor = Path("floor.ipynb")
+    measured = mn.run_rounds(floor, [Path("a.ipynb"), Path("b.ipynb")], 3, fake)
+    assert calls == ["floor.ipynb", "a.ipynb", "b.ipynb"] * 3
+    assert [list(m) for m in measured] == [[FLOOR, "a.ipynb", "b.ipynb"]] * 3
+
+
+def fake_measure(times):
+    """A stand-in for ``measure``: the floor takes 2 s, the notebooks ``times`` in turn."""
+    calls = []
+    remaining = list(times)
+
+    def fake(path):
+        calls.append(path.name)
+        seconds = 2.0 if path.name == "floor.ipynb" else remaining.pop(0)
+        return {"seconds": seconds, "peak_mib": 300.0}
+
+    return fake, calls
+
+
+def test_main_measures_only_the_named_notebook_and_prints_the_table(capsys, monkeypatch):
+    fake, calls = fake_measure([4.0, 30.0])  # round 2 loaded: median extra (2 + 28) / 2 = 15
+    monkeypatch.setattr(mn, "measure", fake)
+    code = mn.main(["--rounds", "2", str(NOTEBOOKS / "00_setup_check.ipynb")])
+    out = capsys.readouterr().out
+    assert calls == ["floor.ipynb", "00_setup_check.ipynb"] * 2
+    assert code == 1  # two rounds: the median is the mean, a loaded round counts half
+    assert out.startswith("Median of 2 rounds on one")
+    assert "extra over floor (s), median" in out
+    assert "00_setup_check.ipynb" in out and "NO" in out and "over budget" in out
+
+
+def test_main_passes_a_notebook_within_budget(capsys, monkeypatch):
+    fake, _ = fake_measure([4.0, 30.0, 4.5])  # three rounds: the loaded one is outvoted
+    monkeypatch.setattr(mn, "measure", fake)
+    assert mn.main([str(NOTEBOOKS / "00_setup_check.ipynb")]) == 0
+    assert "over budget" not in capsys.readouterr().out
+
+
+def test_markdown_table_says_how_it_was_measured_and_fits_the_readme(tmp_path):
+    rows = mn.summarize(make_rounds([2.0, 2.0, 2.0], a=[4.0, 4.0, 4.0], b=[9.0, 9.0, 9.0]))
+    text = mn.render(rows, 3, pinned=True, markdown=True)
+    paragraph, table = text.split("\n\n")
+    assert all(len(line) <= 100 for line in paragraph.splitlines())
+    paragraph = " ".join(paragraph.splitlines())
+    assert paragraph.startswith("Median of 3 rounds on one core (taskset -c 0), one thread")
+    assert "within 5 s" in paragraph and "within 2x the floor's" in paragraph
+    lines = table.splitlines()
+    assert lines[0] == "| " + " | ".join(mn.HEADER) + " |"
+    assert lines[1].count("|") == lines[0].count("|")
+    assert lines[2:] == [
+        f"| {FLOOR} | 2.0 | — | 300 | (reference) |",
+        "| a | 4.0 | 2.0 | 300 | yes |",
+        "| b | 9.0 | 7.0 | 300 | **no** |",
+    ]
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- speed-table -->\nold\n<!-- /speed-table -->\nrest\n")
+    mn.update_readme(text, readme)
+    mn.update_readme(text, readme)  # idempotent
+    block = f"<!-- speed-table -->\n{text}\n<!-- /speed-table -->"
+    assert readme.read_text() == f"intro\n{block}\nrest\n"
+
+
+def test_plain_table_marks_a_failing_notebook_and_an_unpinned_run():
+    rows = mn.summarize(make_rounds([2.0], a=[9.0]))
+    text = mn.render(rows, 1, pinned=False, markdown=False)
+    assert text.startswith("Median of 1 round on one thread (not pinned to a core)")
+    assert text.splitlines()[-1].split()[-1] == "NO"
+
+
+# --- the child process --------------------------------------------------------------------
+
+
+def test_a_failing_notebook_raises_with_its_stderr_tail(monkeypatch):
+    stderr = "x" * 5000 + "CellError: cell 3 raised ZeroDivisionError"
+
+    def failed_run(command, **kwargs):
+        assert kwargs["env"]["OMP_NUM_THREADS"] == "1" and kwargs["env"]["GM_DEVICE"] == "cpu"
+        return subprocess.CompletedProcess(command, 1, stdout="", stderr=stderr)
+
+    monkeypatch.setattr(mn.subprocess, "run", failed_run)
+    with pytest.raises(RuntimeError, match=r"05_pitfalls\.ipynb failed") as error:
+        mn.measure(NOTEBOOKS / "05_pitfalls.ipynb")
+    assert str(error.value).endswith(stderr[-3000:])
+    assert "x" * 3001 not in str(error.value)
+
+
+def test_measure_here_runs_the_notebook_with_run_notebooks_execute(monkeypatch):
+    calls = []
+    monkeypatch.setattr(mn, "execute", lambda nb, cwd: calls.append((nb, cwd)))
+    result = mn.measure_here(NOTEBOOKS / "00_setup_check.ipynb")
+    assert len(calls) == 1 and calls[0][1] == NOTEBOOKS and calls[0][0].cells
+    assert set(result) == {"seconds", "peak_mib"} and result["seconds"] >= 0
