@@ -1,8 +1,9 @@
 """Launching a small multi-process PyTorch program from a notebook.
 
-The ranks get exactly the environment ``torchrun`` gives them, from ``helpers.launcher``,
-which starts them in less time (it forks them after importing torch once), so the same
-program runs under ``torchrun --nproc-per-node=2 -m MODULE`` unchanged."""
+The ranks get the rendezvous environment ``torchrun`` gives them (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ...) and one thread each, from ``helpers.launcher``, which starts them in
+less time (it forks them after importing torch once), so the same program runs under
+``torchrun --nproc-per-node=2 -m MODULE`` unchanged."""
 
 from __future__ import annotations
 

@@ -52,7 +52,12 @@ def _run_forked_rank(module: str, args: list[str], env: dict[str, str]) -> None:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:  # sys.exit("message"): Python prints the message and exits with 1
+            print(stop.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
     except BaseException:
         traceback.print_exc()
     finally:
@@ -61,22 +66,31 @@ def _run_forked_rank(module: str, args: list[str], env: dict[str, str]) -> None:
         os._exit(code)
 
 
-def _start_ranks(module: str, args: list[str], world: int, port: int) -> dict[int, object]:
-    """Start every rank; returns ``{rank: pid}`` (forked) or ``{rank: Popen}``."""
-    ranks: dict[int, object] = {}
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _start_ranks(
+    module: str, args: list[str], world: int, port: int, ranks: dict[int, object]
+) -> None:
+    """Start every rank, recording each in ``ranks`` (``{rank: pid}`` when forked, else
+    ``{rank: Popen}``) as soon as it exists, so that a stop signal reaches it."""
     for rank in range(world):
         env = rank_environment(rank, world, port)
         if FORK_RANKS:
             sys.stdout.flush()
             sys.stderr.flush()
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # held until recorded
             pid = os.fork()
             if pid == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the rank's own defaults
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
                 _run_forked_rank(module, args, env)
             ranks[rank] = pid
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         else:
             command = [sys.executable, "-m", module, *args]
             ranks[rank] = subprocess.Popen(command, env=dict(os.environ, **env))
-    return ranks
 
 
 def _poll(handle) -> int | None:
@@ -91,27 +105,44 @@ def _poll(handle) -> int | None:
     return 128 - code if code < 0 else code
 
 
-def _stop(ranks: dict[int, object]) -> None:
-    for handle in ranks.values():
-        pid = handle.pid if isinstance(handle, subprocess.Popen) else handle
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+def _stop(ranks: dict[int, object], grace: float = 10.0) -> None:
+    """SIGTERM to every rank still running, SIGKILL to those left after ``grace`` seconds;
+    every one is reaped before this returns."""
+    running = dict(ranks)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for handle in running.values():
+            pid = handle.pid if isinstance(handle, subprocess.Popen) else handle
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while running and time.monotonic() < deadline:
+            for rank, handle in list(running.items()):
+                try:
+                    ended = _poll(handle) is not None
+                except ChildProcessError:  # reaped already
+                    ended = True
+                if ended:
+                    del running[rank]
+            time.sleep(0.05)
+        if not running:
+            return
 
 
 def run(module: str, args: list[str], world: int, port: int) -> int:
     """Run ``world`` ranks of ``module``; 0 if all succeed, else the first failing code."""
-    if FORK_RANKS:  # what every rank imports anyway, once, before the fork; torch._dynamo
-        importlib.import_module("torch._dynamo")  # is imported by DistributedDataParallel()
-    ranks = _start_ranks(module, args, world, port)
+    ranks: dict[int, object] = {}
 
     def stop_all(signum, _frame):
         _stop(ranks)
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGTERM, stop_all)  # before any rank exists: none is left behind
     signal.signal(signal.SIGINT, stop_all)
+    if FORK_RANKS:  # what every rank imports anyway, once, before the fork; torch._dynamo
+        importlib.import_module("torch._dynamo")  # is imported by DistributedDataParallel()
+    _start_ranks(module, args, world, port, ranks)
     running = dict(ranks)
     while running:
         for rank, handle in list(running.items()):

@@ -1,11 +1,13 @@
-"""helpers.launcher: ranks started as torchrun starts them, failures and signals passed on,
+"""helpers.launcher: ranks started as torchrun starts them, failures and SIGTERM passed on,
 and the DDP program of notebook 06 giving the same counts under the real torchrun."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +82,39 @@ def test_an_exception_in_a_rank_is_printed_and_fails_the_run(tmp_path):
     assert "ValueError: k must be positive" in done.stderr
 
 
+def test_a_rank_leaving_with_a_message_prints_it_and_exits_1(tmp_path):
+    done = run_launcher(tmp_path, "import sys; sys.exit('no data for this rank')")
+    assert done.returncode == 1
+    assert "no data for this rank" in done.stderr
+
+
+def test_sigterm_to_the_launcher_ends_every_rank(tmp_path):
+    (tmp_path / "rank_program.py").write_text(
+        "import os, pathlib, time\n"
+        "pathlib.Path(f'pid{os.environ[\"RANK\"]}').write_text(str(os.getpid()))\n"
+        "time.sleep(120)\n",
+        encoding="utf-8",
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    command = [sys.executable, "-m", "helpers.launcher", "--nproc=2", f"--port={free_port()}",
+               "rank_program"]  # fmt: skip
+    launcher = subprocess.Popen(command, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("pid*"))) < 2:
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.1)
+        pids = [int(path.read_text()) for path in tmp_path.glob("pid*")]
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+        for pid in pids:  # reaped by the launcher: no such process any more
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
 def test_a_bad_process_count_is_refused():
     command = [sys.executable, "-m", "helpers.launcher", "--nproc=0", "--port=1", "m"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -107,4 +142,5 @@ def test_the_ddp_program_counts_the_same_under_real_torchrun(tmp_path):
         "sync every micro-batch": 4 * buckets,
         "forward outside no_sync": 4 * buckets,
     }
+    assert results["allreduce_bytes_per_step"]["no_sync"] == 4 * results["parameters"]
     assert results["weights_max_diff_across_ranks"] == 0.0
