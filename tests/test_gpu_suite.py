@@ -323,8 +323,8 @@ def test_a_test_over_its_time_fails_and_none_starts_after_the_deadline(tmp_path)
         def test_slow(): time.sleep(60)
         def test_late(): pass
         """,
-        "--gm-test-timeout=3",
-        "--gm-deadline=2",
+        "--gm-test-timeout=8",
+        "--gm-deadline=4",
     )
     outcomes = {case["name"]: (case["outcome"], case["message"]) for case in cases}
     assert outcomes["test_quick"][0] == "passed"
@@ -339,10 +339,10 @@ def test_a_deadline_skip_alone_still_fails_the_run(tmp_path):
         tmp_path,
         """
         import time
-        def test_first(): time.sleep(1.5)
+        def test_first(): time.sleep(4)
         def test_second(): pass
         """,
-        "--gm-deadline=1",
+        "--gm-deadline=3",
     )
     assert [case["outcome"] for case in cases] == ["passed", "skipped"]
     assert rc == 1

@@ -129,7 +129,7 @@ def test_a_kernel_found_dead_is_reported_without_waiting_for_the_timeout():
     started = time.monotonic()
     with pytest.raises(KernelDied, match=r"cell 4 \('import os; os._exit\(1\)'\)"):
         run_cell(client, "import os; os._exit(1)\n", cell_label="cell 4 ('import os; os._exit(1)')")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30  # the default limit is 300 s
 
 
 def test_a_slow_starting_kernel_gives_each_cell_its_own_result(tmp_path):
@@ -145,25 +145,21 @@ def test_a_slow_starting_kernel_gives_each_cell_its_own_result(tmp_path):
 
 
 def test_a_kernel_that_does_not_start_in_time_is_reported(tmp_path):
-    started = time.monotonic()
     with pytest.raises(KernelNotReady, match="not ready within 2 s"):
         execute(notebook("1"), tmp_path, env=slow_start_env(tmp_path, 60), ready_timeout=2)
-    assert time.monotonic() - started < 20
 
 
 def test_a_kernel_that_dies_mid_cell_is_reported_quickly_naming_the_cell(tmp_path):
     nb = notebook("x = 1", "import os; os._exit(1)", "x")
-    started = time.monotonic()
     with pytest.raises(KernelDied, match=r"cell 1 \('import os; os._exit\(1\)'\)"):
-        execute(nb, tmp_path)
-    assert time.monotonic() - started < 20  # not the 300 s cell timeout
+        execute(nb, tmp_path, cell_timeout=120)  # KernelDied, not CellTimeout: found at once
     assert nb.cells[2].outputs == []
 
 
 def test_a_cell_past_its_time_limit_is_reported_naming_the_cell(tmp_path):
-    nb = notebook("x = 1", "import time; time.sleep(10)")
-    with pytest.raises(CellTimeout, match=r"cell 1 \('import time; time.sleep\(10\)'\).* 1 s"):
-        execute(nb, tmp_path, cell_timeout=1)
+    nb = notebook("x = 1", "import time; time.sleep(60)")
+    with pytest.raises(CellTimeout, match=r"cell 1 \('import time; time.sleep\(60\)'\).* 8 s"):
+        execute(nb, tmp_path, cell_timeout=8)  # ample for "x = 1" on a loaded machine
 
 
 def test_a_raising_cells_stored_error_holds_no_traceback_paths(tmp_path):
