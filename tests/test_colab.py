@@ -6,7 +6,8 @@ must then run to the end. The widget tests also run under ipywidgets 7.
 
 ipywidgets 7 comes from build/ipywidgets7 (or $GM_IPYWIDGETS7), which .ci/run fills with
 ``pip install --no-deps --target build/ipywidgets7 "ipywidgets>=7.7,<8" ipython_genutils``;
-without it these tests are skipped, unless $GM_CI is set.
+without it these tests are skipped, unless $GM_CI is set. They run every notebook again, so the
+default test run leaves them out (marker ``colab``); run them with ``python -m pytest -m colab``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if not (ROOT / ".git").exists():
     pytest.skip("the Colab simulation clones this repository", allow_module_level=True)
 
 PATHS = notebook_paths()
+pytestmark = pytest.mark.colab  # a step of its own: python -m pytest -m colab
 
 # Before the setup cell: make the kernel look like Colab's, and record what the cell runs.
 COLAB_KERNEL = textwrap.dedent(
