@@ -127,6 +127,8 @@ def compare_step_memory(
     model) at ``batch_size``, measured side by side by one probe: ``{workload: StepMemory}``."""
     if isinstance(workloads, str) or not workloads:
         raise ValueError("workloads must be a non-empty list of names from WORKLOADS")
+    if len(set(workloads)) < len(workloads):
+        raise ValueError(f"workloads {workloads} names one twice: give each once")
     builders = {_workload(name)[0] for name in workloads}
     if len(builders) > 1:
         raise ValueError(f"workloads {workloads} build different models: compare one at a time")

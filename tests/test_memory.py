@@ -65,6 +65,7 @@ def test_one_probe_compares_workloads_side_by_side():
         (["one loss", "two losses, summed"], 8, ValueError, "build different models"),
         (["two losses, summed"], 0, ValueError, "batch_size must be at least 1"),
         (["three losses"], 8, ValueError, "unknown workload 'three losses'"),
+        (["two losses, summed"] * 2, 8, ValueError, "names one twice"),
     ],
 )
 def test_compare_refuses_bad_input(workloads, batch_size, error, match):

@@ -65,7 +65,7 @@ def test_plots_reject_bad_input():
     assert History().steps == 0
 
 
-def test_accumulation_explorer_reports_and_recomputes():
+def test_accumulation_explorer_reports_and_recomputes(capsys):
     import torch
     from torch import nn
 
@@ -82,6 +82,9 @@ def test_accumulation_explorer_reports_and_recomputes():
     assert explorer.result["step memory (MiB)"] == 3.0
     scaling.value = "divide by k"
     assert explorer.result["gradient error"] > 0.1
+    shown = capsys.readouterr().out
+    assert "gradient error                    < 1e-5" in shown  # noise: its bound, exact scaling
+    assert f"gradient error                    {explorer.result['gradient error']:.3g}" in shown
     steps.value = 1  # one micro-batch per window: dividing by k = 1 is exact
     assert explorer.result["gradient error"] < 1e-5
     size.value = 32
