@@ -338,7 +338,8 @@ class LoopAuditor:
         self._check_scheduler(step)
         self._check_graphs(older_than=self.steps - 1, step=step)
         self._report_outside_parameters(step)
-        if len(args) > 1 or kwargs.get("closure") is not None:  # args[0] is the optimizer
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
+        if closure is not None:  # step(None), as Accelerate calls it, is a plain step
             self._in_closure_step = True  # forward and backward run inside step()
             return
         self._report_discarded(step)

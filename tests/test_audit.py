@@ -566,6 +566,26 @@ def test_lbfgs_with_a_closure_reports_nothing():
     assert auditor.findings == [] and auditor.steps == 3
 
 
+@pytest.mark.parametrize(
+    "step", [lambda opt: opt.step(None), lambda opt: opt.step(closure=None)], ids=["None", "kw"]
+)
+def test_a_step_with_closure_none_is_checked_like_a_plain_step(step):
+    """Accelerate's AcceleratedOptimizer.step() calls optimizer.step(None): not a closure."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with LoopAuditor(model, opt) as auditor:
+        for batch in batches(n=3):
+            loss_of(model, batch).backward()
+            step(opt)  # no zero_grad(): every step after the first reuses old gradients
+    assert auditor.codes == ["missing-zero-grad"]
+    with LoopAuditor(model, opt) as clean:
+        for batch in batches(n=3):
+            opt.zero_grad()
+            loss_of(model, batch).backward()
+            step(opt)
+    assert clean.findings == []
+
+
 def test_one_model_split_between_two_audited_optimizers_reports_nothing():
     model = make_model()
     first = torch.optim.SGD(model[0].parameters(), lr=0.05)
