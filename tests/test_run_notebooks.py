@@ -197,7 +197,8 @@ def notebook_with(output: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def test_outputs_are_made_with_the_pinned_torch_only():
-    from run_notebooks import pinned_torch, torch_mismatch
+    from course import pinned_torch
+    from run_notebooks import torch_mismatch
 
     assert pinned_torch() == "2.13.0"
     assert torch_mismatch("2.13.0+cpu", "2.13.0") is None
@@ -208,7 +209,7 @@ def test_outputs_are_made_with_the_pinned_torch_only():
 
 
 def test_a_constraints_file_without_a_torch_pin_is_refused(tmp_path):
-    from run_notebooks import pinned_torch
+    from course import pinned_torch
 
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("numpy==2.0\n")

@@ -29,6 +29,14 @@ def repository_url() -> str:
     return url
 
 
+def pinned_torch(constraints: Path = ROOT / "constraints.txt") -> str:
+    """The torch version that the committed outputs are made with: constraints.txt's pin."""
+    match = re.search(r"^torch==(\S+)$", constraints.read_text(encoding="utf-8"), re.MULTILINE)
+    if match is None:
+        raise ValueError(f"{constraints.name} pins no torch==VERSION")
+    return match.group(1)
+
+
 def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from pathlib import Path
 from queue import Empty
 
 import nbformat
-from course import NOTEBOOKS, ROOT, notebook_paths, read, write
+from course import NOTEBOOKS, notebook_paths, pinned_torch, read, write
 from jupyter_client.manager import KernelManager
 
 TIMEOUT_S = 300  # per cell
@@ -202,14 +201,6 @@ def execute(
         manager.shutdown_kernel(now=True)
     nb.metadata.pop("widgets", None)
     return nb
-
-
-def pinned_torch(constraints: Path = ROOT / "constraints.txt") -> str:
-    """The torch version that the committed outputs are made with: constraints.txt's pin."""
-    match = re.search(r"^torch==(\S+)$", constraints.read_text(encoding="utf-8"), re.MULTILINE)
-    if match is None:
-        raise ValueError(f"{constraints.name} pins no torch==VERSION")
-    return match.group(1)
 
 
 def torch_mismatch(installed: str, pinned: str) -> str | None:
