@@ -65,12 +65,14 @@ def audited_run(
     make_optimizer: Callable[[list], torch.optim.Optimizer] | None = None,
     make_scheduler: Callable[[torch.optim.Optimizer], object] | None = None,
     scaler: torch.amp.GradScaler | None = None,
+    allow=(),
 ) -> AuditedRun:
     """Run ``loop(model, optimizer, batches, **extras)`` under a :class:`LoopAuditor`.
 
     Defaults: a fresh seeded ``make_mlp((features, 16, 1))`` and ``SGD(lr=0.01,
     momentum=0.9)`` over all its parameters. ``extras`` holds ``scheduler`` and ``scaler``
-    when given, so the loop can use them."""
+    when given, so the loop can use them; ``allow`` goes to the auditor (codes the loop
+    does on purpose)."""
     if not callable(loop):
         raise TypeError("loop must be a function loop(model, optimizer, batches, ...)")
     batches = check_batches(
@@ -90,7 +92,7 @@ def audited_run(
     if scaler is not None:
         extras["scaler"] = scaler
     start = [p.detach().clone() for p in model.parameters()]
-    with LoopAuditor(model, optimizer, accumulation_steps, **extras) as auditor:
+    with LoopAuditor(model, optimizer, accumulation_steps, allow=allow, **extras) as auditor:
         result = loop(model, optimizer, batches, **extras)
     return AuditedRun(model, optimizer, auditor, result, start)
 

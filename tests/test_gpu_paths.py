@@ -147,6 +147,51 @@ def test_the_auditor_sees_clipping_before_unscale_on_cuda():
     assert all(n <= (1.0 + 1e-4) / SCALE for n in log.grad_norms)
 
 
+@needs_cuda
+@pytest.mark.parametrize("zeroing", ["set_to_none", "zeros", "by hand"])
+def test_the_auditor_synchronizes_at_most_once_per_step_on_cuda(zeroing):
+    """torch.cuda.set_sync_debug_mode("warn") warns at every host-device synchronization:
+    the audited loop may warn at most once per optimizer step more than the same loop bare."""
+    import warnings
+
+    def loop(model, optimizer, batches):
+        for i, x in enumerate(batches):
+            (model(x).square().mean() / 4).backward()
+            if (i + 1) % 4 == 0:
+                optimizer.step()
+                if zeroing == "by hand":
+                    for p in model.parameters():
+                        p.grad.zero_()
+                else:
+                    optimizer.zero_grad(set_to_none=zeroing == "set_to_none")
+
+    def syncs(audited: bool) -> tuple[int, int]:
+        torch.manual_seed(0)
+        model = make_mlp((8, 64, 64, 64, 1)).to(GPU)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        batches = [torch.randn(16, 8, device=GPU) for _ in range(12)]
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                if audited:
+                    with LoopAuditor(model, optimizer, accumulation_steps=4) as audit:
+                        loop(model, optimizer, batches)
+                else:
+                    loop(model, optimizer, batches)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        found = len([w for w in caught if "synchroniz" in str(w.message)])
+        return found, (audit.steps if audited else 0)
+
+    bare, _ = syncs(audited=False)
+    audited, steps = syncs(audited=True)
+    assert steps == 3 and audited - bare <= steps
+    if zeroing != "by hand":
+        assert audited == bare
+
+
 # ------------------------------------------------------------------ CUDA memory
 @needs_cuda
 def test_after_a_step_the_gpu_holds_exactly_the_gradient_buffers():

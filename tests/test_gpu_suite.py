@@ -66,7 +66,9 @@ def suite_sources() -> dict[str, str]:
     every notebook's code cells."""
     skipped = {ROOT / path for path in bash_array("SKIP_FILES")}
     files = [*sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "tools").glob("*.py"))]
-    files += sorted((ROOT / "helpers").rglob("*.py"))
+    files += sorted((ROOT / "helpers").rglob("*.py")) + sorted(
+        (ROOT / "loop_auditor").rglob("*.py")
+    )
     sources = {str(p.relative_to(ROOT)): p.read_text() for p in files if p not in skipped}
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
@@ -78,7 +80,9 @@ def suite_sources() -> dict[str, str]:
 
 def test_every_module_the_suite_imports_is_fetched_or_on_the_machine():
     # pip: the machine's own where it has one; gpu_suite.sh unpacks the wheels without it
-    local = {"helpers", "tools", "pip"} | {p.stem for p in (ROOT / "tools").glob("*.py")}
+    local = {"helpers", "loop_auditor", "tools", "pip"} | {
+        p.stem for p in (ROOT / "tools").glob("*.py")
+    }
     local |= {p.stem for p in (ROOT / "tests").glob("*.py")}
     provided = set(wheels.dependency_closure())
     owners = metadata.packages_distributions()
@@ -189,10 +193,11 @@ def test_the_script_installs_what_the_fetcher_fetched_and_checks_it_first():
 
 NEEDS_WHAT_THE_MACHINE_LACKS = re.compile(
     r"selenium|chromedriver|GM_IPYWIDGETS7|ipywidgets7|simulate_binder|urllib\.request|urlopen"
+    r"|importorskip\(\"(accelerate|lightning)\"\)"  # frameworks the suite does not carry
 )
 
 
-def test_the_skip_list_is_exactly_the_test_files_that_need_a_browser_colab_or_the_network():
+def test_the_skip_list_is_exactly_the_test_files_that_need_what_the_machine_lacks():
     skipped = bash_array("SKIP_FILES")
     assert skipped and all((ROOT / path).is_file() for path in skipped)
     needing = {

@@ -25,6 +25,7 @@ ROOT=$PWD
 SKIP_FILES=(
     tests/test_browser.py # JupyterLab in Chromium through Selenium and chromedriver
     tests/test_colab.py   # ipywidgets 7 in build/ipywidgets7, the course as a git clone
+    tests/test_audit_real_code.py # a real Accelerator and Lightning Trainer (CPU code paths)
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.

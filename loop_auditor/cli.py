@@ -1,0 +1,112 @@
+"""The command: run a training script as it is, under the loop auditor.
+
+    python -m loop_auditor [--accumulation-steps K] [--allow CODE] train.py [its arguments]
+
+It runs the script as ``python train.py`` would (same ``sys.argv``, its folder first on
+``sys.path``, ``__name__ == "__main__"``), audits every optimizer the script builds, and when
+the script ends prints the findings to stderr. Exit status: the script's own when it failed;
+otherwise 3 when there are findings and 0 when there are none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from loop_auditor.findings import CODES
+from loop_auditor.session import AuditSession
+
+FINDINGS_STATUS = 3
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loop_auditor",
+        description="Run a PyTorch training script unchanged and report its gradient bugs.",
+        epilog=f"Exit status: the script's own if it failed; {FINDINGS_STATUS} if the auditor "
+        "has findings; 0 otherwise. Findings go to stderr.",
+    )
+    parser.add_argument(
+        "--accumulation-steps",
+        type=_positive_int,
+        metavar="K",
+        help="micro-batches per optimizer step the script intends (default: 1)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="CODE",
+        choices=list(CODES),
+        help="a code the script does on purpose (repeat for several)",
+    )
+    parser.add_argument("script", help="the training script, run as `python script`")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    return parser
+
+
+def _forget_course_helpers() -> None:
+    """``python -m helpers.audit`` imported the course's ``helpers``; drop it, so that the
+    script's own ``import helpers`` finds the script's module, as it would without us."""
+    for name in [n for n in sys.modules if n == "helpers" or n.startswith("helpers.")]:
+        del sys.modules[name]
+
+
+def _status(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    options = parser.parse_args(argv)
+    script = Path(options.script)
+    if not script.is_file():
+        parser.error(f"no such script: {options.script}")
+    _forget_course_helpers()
+    sys.argv = [str(script), *options.args]
+    sys.path[0] = str(script.resolve().parent)
+    status = 0
+    with AuditSession(options.accumulation_steps, allow=options.allow) as session:
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as exit_:
+            status = _status(exit_.code)
+        except KeyboardInterrupt:
+            status = 130
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    sys.stdout.flush()
+    rank = os.environ.get("RANK")
+    who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"
+    findings = session.findings
+    n = len(session.auditors)
+    summary = f"{n} optimizer{'s' if n != 1 else ''}, {session.steps} steps"
+    if findings:
+        print(f"{who}: {len(findings)} finding(s) in {script} ({summary}):", file=sys.stderr)
+        for finding in findings:
+            print(f"  {finding}", file=sys.stderr)
+    else:
+        print(f"{who}: no findings in {script} ({summary}).", file=sys.stderr)
+    if status:
+        return status
+    return FINDINGS_STATUS if findings else 0

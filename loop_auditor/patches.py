@@ -1,0 +1,281 @@
+"""What the auditor observes beyond its own hooks: thin pass-throughs, installed while at least
+one auditor is active and removed with the last one.
+
+Each calls the original and returns what it returns; around the call it tells the active
+auditors what happened. Wrapped: ``torch.autograd.backward`` (so each backward pass gets an
+id, and a reentrant checkpoint's inner backward counts as part of its outer one), the clipping
+functions, ``Optimizer.zero_grad`` and ``Module.zero_grad`` (known resets of ``.grad``), the
+GradScaler's ``scale``, ``unscale_``, ``step`` and ``update``, and the schedulers' ``step``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import weakref
+
+import torch
+import torch.nn.utils
+import torch.nn.utils.clip_grad
+from torch import nn
+from torch.optim import lr_scheduler
+
+ACTIVE: list = []  # the auditors inside their ``with`` block, oldest first
+_ORIGINALS: dict[tuple[object, str], object] = {}
+_sequence = itertools.count(1)  # ids of backward passes and optimizer steps, in order
+
+
+class _State:
+    def __init__(self):
+        self.pass_id: int | None = None  # the backward pass running now (outermost call)
+        self.depth = 0  # nested torch.autograd.backward calls (a reentrant checkpoint's)
+        self.clip_depth = 0  # clip_grad_norm_ calls _clip_grads_with_norm_: count the outer
+        self.scheduler_depth = 0  # SequentialLR.step calls its children's: count the outer
+        self.constructing_scheduler = 0  # a scheduler's __init__ steps once: not the loop's
+        self.tasks: dict[int, int] = {}  # graph task -> pass id, for a backward not via ours
+        self.scaled: dict[int, tuple[weakref.ref, object]] = {}  # id(scaled loss) -> scaler
+
+
+STATE = _State()
+
+
+def next_id() -> int:
+    return next(_sequence)
+
+
+def current_pass() -> int:
+    """The id of the backward pass that is running (hooks call this)."""
+    if STATE.pass_id is not None:
+        return STATE.pass_id
+    task = torch._C._current_graph_task_id() if hasattr(torch._C, "_current_graph_task_id") else -1
+    if task not in STATE.tasks:
+        STATE.tasks = {task: next_id()}  # a backward that did not go through our wrapper
+    return STATE.tasks[task]
+
+
+def scaler_of(roots) -> object | None:
+    """The GradScaler whose ``scale()`` made one of these backward roots, if any."""
+    found, used = None, set()
+    for root in roots:
+        ref, scaler = STATE.scaled.get(id(root), (None, None))
+        if ref is not None and ref() is root:
+            found = scaler
+            used.add(id(root))
+    STATE.scaled = {k: v for k, v in STATE.scaled.items() if k not in used and v[0]() is not None}
+    return found
+
+
+# ------------------------------------------------------------------ the wrappers
+def _audited_backward(original):
+    @functools.wraps(original)
+    def backward(tensors, *args, **kwargs):
+        if STATE.depth:  # inside another backward: a reentrant checkpoint recomputing
+            STATE.depth += 1
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                STATE.depth -= 1
+        roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        STATE.pass_id = next_id()
+        STATE.depth = 1
+        scaler = scaler_of(roots)
+        for auditor in list(ACTIVE):
+            auditor._on_backward_start(roots, scaler)
+        try:
+            return original(
+                tensors if isinstance(tensors, torch.Tensor) else roots, *args, **kwargs
+            )
+        finally:
+            STATE.depth = 0
+            STATE.pass_id = None
+            for auditor in list(ACTIVE):
+                auditor._on_backward_end()
+
+    return backward
+
+
+def _clips(limit_name: str, args: tuple, kwargs: dict) -> bool:
+    """False for a call that cannot change a gradient: an infinite limit (a call that only
+    measures the norm)."""
+    limit = args[0] if args else kwargs.get(limit_name)
+    return not (isinstance(limit, (int, float)) and math.isinf(limit))
+
+
+def _audited_clip(original, name: str, limit: str):
+    @functools.wraps(original)
+    def clip(parameters, *args, **kwargs):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+        outer = STATE.clip_depth == 0
+        if outer and _clips(limit, args, kwargs):
+            for auditor in list(ACTIVE):
+                auditor._on_clip(parameters, name.lstrip("_"))
+        STATE.clip_depth += 1
+        try:
+            return original(parameters, *args, **kwargs)
+        finally:
+            STATE.clip_depth -= 1
+            if outer:
+                for auditor in list(ACTIVE):
+                    auditor._on_known_edit(parameters)
+
+    return clip
+
+
+def _audited_zero_grad(original, parameters_of):
+    @functools.wraps(original)
+    def zero_grad(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if ACTIVE:
+            parameters = parameters_of(self)
+            for auditor in list(ACTIVE):
+                auditor._on_known_reset(parameters)
+        return result
+
+    return zero_grad
+
+
+def _audited_scale(original):
+    @functools.wraps(original)
+    def scale(self, outputs):
+        result = original(self, outputs)
+        for tensor in result if isinstance(result, (list, tuple)) else [result]:
+            if isinstance(tensor, torch.Tensor):
+                STATE.scaled[id(tensor)] = (weakref.ref(tensor), self)
+        return result
+
+    return scale
+
+
+def _audited_unscale(original):
+    @functools.wraps(original)
+    def unscale_(self, optimizer):
+        result = original(self, optimizer)
+        for auditor in list(ACTIVE):
+            auditor._on_unscale(self, optimizer)
+        return result
+
+    return unscale_
+
+
+def _audited_scaler_step(original):
+    @functools.wraps(original)
+    def step(self, optimizer, *args, **kwargs):
+        before = {id(a): a.steps for a in ACTIVE}
+        result = original(self, optimizer, *args, **kwargs)
+        for auditor in list(ACTIVE):
+            auditor._on_scaler_step(
+                self, optimizer, stepped=auditor.steps != before.get(id(auditor))
+            )
+        return result
+
+    return step
+
+
+def _audited_update(original):
+    @functools.wraps(original)
+    def update(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        for auditor in list(ACTIVE):
+            auditor._on_scaler_update(self)
+        return result
+
+    return update
+
+
+def _audited_scheduler_step(original):
+    @functools.wraps(original)
+    def step(self, *args, **kwargs):
+        outer = STATE.scheduler_depth == 0 and not STATE.constructing_scheduler
+        STATE.scheduler_depth += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.scheduler_depth -= 1
+            if outer:
+                for auditor in list(ACTIVE):
+                    auditor._on_scheduler_step(self)
+
+    return step
+
+
+def _audited_scheduler_init(original):
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        STATE.constructing_scheduler += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.constructing_scheduler -= 1
+
+    return __init__
+
+
+def _optimizer_parameters(optimizer) -> list:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _module_parameters(module) -> list:
+    return list(module.parameters())
+
+
+# (owner, attribute, factory): everything install() replaces.
+def _targets():
+    targets = [
+        (torch.autograd, "backward", _audited_backward),
+        (
+            torch.optim.Optimizer,
+            "zero_grad",
+            lambda f: _audited_zero_grad(f, _optimizer_parameters),
+        ),
+        (nn.Module, "zero_grad", lambda f: _audited_zero_grad(f, _module_parameters)),
+        (torch.amp.GradScaler, "scale", _audited_scale),
+        (torch.amp.GradScaler, "unscale_", _audited_unscale),
+        (torch.amp.GradScaler, "step", _audited_scaler_step),
+        (torch.amp.GradScaler, "update", _audited_update),
+    ]
+    schedulers = {lr_scheduler.LRScheduler, lr_scheduler.ReduceLROnPlateau}
+    for cls in schedulers:
+        targets.append((cls, "step", _audited_scheduler_step))
+    targets.append((lr_scheduler.LRScheduler, "__init__", _audited_scheduler_init))
+    for module in (torch.nn.utils, torch.nn.utils.clip_grad):
+        for name, limit in (
+            ("clip_grad_norm_", "max_norm"),
+            ("clip_grad_value_", "clip_value"),
+            ("clip_grads_with_norm_", "max_norm"),
+            ("_clip_grads_with_norm_", "max_norm"),
+        ):
+            if hasattr(module, name):
+                targets.append(
+                    (module, name, lambda f, n=name, lim=limit: _audited_clip(f, n, lim))
+                )
+    return targets
+
+
+def install() -> None:
+    for owner, name, factory in _targets():
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        _ORIGINALS[(owner, name)] = original
+        setattr(owner, name, factory(original))
+
+
+def remove() -> None:
+    for (owner, name), original in _ORIGINALS.items():
+        setattr(owner, name, original)
+    _ORIGINALS.clear()
+    STATE.scaled = {}
+    STATE.tasks = {}
+
+
+def activate(auditor) -> None:
+    ACTIVE.append(auditor)
+    if len(ACTIVE) == 1:
+        install()
+
+
+def deactivate(auditor) -> None:
+    ACTIVE.remove(auditor)
+    if not ACTIVE:
+        remove()

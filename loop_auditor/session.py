@@ -1,0 +1,100 @@
+"""Audit every optimizer of a piece of code, without naming them: what the command runs, and
+the way to audit code that builds its optimizers itself (Lightning's ``trainer.fit``).
+
+```python
+with AuditSession(accumulation_steps=4) as session:
+    trainer.fit(model)
+print(session)
+```
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from loop_auditor.auditor import LoopAuditor
+from loop_auditor.findings import Finding, check_codes
+
+
+class AuditSession:
+    """Inside the ``with`` block, every optimizer that is built gets a :class:`LoopAuditor`
+    from its first line on; one built before the block gets one at its first ``step()`` (its
+    first window is then not checked). Each auditor finds its schedulers and GradScalers by
+    itself. ``findings`` gathers them all, each naming its optimizer. The model is not
+    known, so ``params-not-in-optimizer`` is not checked: use :class:`LoopAuditor` for that."""
+
+    def __init__(self, accumulation_steps: int | None = None, allow=()):
+        if accumulation_steps is not None and (
+            isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int)
+        ):
+            raise TypeError(f"accumulation_steps must be an int, got {accumulation_steps!r}")
+        if accumulation_steps is not None and accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be 1 or more, got {accumulation_steps}")
+        self.accumulation_steps = accumulation_steps
+        self.allow = check_codes(allow)
+        self.auditors: list[LoopAuditor] = []
+        self._adopted: set[int] = set()
+        self._original_init = None
+        self._hook = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for auditor in self.auditors for f in auditor.findings]
+
+    @property
+    def steps(self) -> int:
+        return sum(a.steps for a in self.auditors)
+
+    def __str__(self) -> str:
+        if not self.findings:
+            n = len(self.auditors)
+            return (
+                f"No findings ({n} optimizer{'s' if n != 1 else ''}, {self.steps} steps, "
+                f"{sum(a.backward_passes for a in self.auditors)} backward passes)."
+            )
+        return "\n".join(str(f) for f in self.findings)
+
+    def _adopt(self, optimizer: torch.optim.Optimizer, late: bool = False) -> None:
+        if id(optimizer) in self._adopted or "optimizer" in vars(optimizer):
+            return  # seen, or a wrapper (Accelerate's) around an optimizer audited already
+        self._adopted.add(id(optimizer))
+        auditor = LoopAuditor(
+            None, optimizer, accumulation_steps=self.accumulation_steps, allow=self.allow
+        )
+        auditor.label = f"optimizer {len(self.auditors) + 1} ({type(optimizer).__name__})"
+        auditor.__enter__()
+        if late:
+            auditor._skip_next_step_checks = True
+        self.auditors.append(auditor)
+
+    def __enter__(self) -> AuditSession:
+        original = torch.optim.Optimizer.__init__
+        self._original_init = original
+
+        @functools.wraps(original)
+        def __init__(optimizer, *args, **kwargs):
+            original(optimizer, *args, **kwargs)
+            self._adopt(optimizer)
+
+        torch.optim.Optimizer.__init__ = __init__
+
+        def adopt_late(optimizer, args, kwargs):
+            self._adopt(optimizer, late=True)
+
+        self._hook = register_optimizer_step_pre_hook(adopt_late)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.optim.Optimizer.__init__ = self._original_init
+        self._hook.remove()
+        errors = []
+        for auditor in reversed(self.auditors):
+            try:
+                auditor.__exit__(None, None, None)
+            except Exception as error:  # finish every auditor, then raise the first
+                errors.append(error)
+        if errors:
+            raise errors[0]

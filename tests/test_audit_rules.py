@@ -1,0 +1,137 @@
+"""Each rule of the loop auditor alone, on plain numbers: it fires on what it is about, stays
+silent otherwise, and its message says what happened and the fix."""
+
+import pytest
+
+from loop_auditor import CODES, rules
+from loop_auditor.findings import check_codes
+
+
+def windows(*sizes):
+    return [(step, n) for step, n in enumerate(sizes, start=1)]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "k"),
+    [
+        ((4, 4, 2), 4),  # a short tail
+        ((4, 4, 2, 4, 4, 2), 4),  # one per epoch
+        ((8, 8, 4), 4),  # two backward() per micro-batch
+        ((2, 2, 2), 1),  # a GAN's discriminator: real and fake
+        ((1, 1, 1), 1),
+        ((3,), 4),  # one window: nothing to compare
+    ],
+)
+def test_window_length_accepts_full_windows_and_one_short_tail(sizes, k):
+    assert rules.window_length(windows(*sizes), k) is None
+
+
+@pytest.mark.parametrize(
+    ("sizes", "k", "step", "says"),
+    [
+        ((1, 4, 4), 4, 1, "off-by-one"),
+        ((4, 4, 6, 4), 4, 3, "ran into the next one"),
+        ((4, 2, 2, 4), 4, 3, "right after another short window"),
+        ((2, 1, 1), 4, 1, "fix the counter"),
+        ((3, 3, 3), 4, 1, "accumulation_steps=3"),
+    ],
+)
+def test_window_length_reports_the_first_bad_window_with_the_sizes(sizes, k, step, says):
+    finding = rules.window_length(windows(*sizes), k)
+    assert finding.code == "window-length" and finding.step == step
+    assert says in finding.message and ", ".join(map(str, sizes)) in finding.message
+
+
+def test_window_length_shows_at_most_twelve_sizes():
+    finding = rules.window_length(windows(1, *[4] * 20), 4)
+    assert "1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, ..." in finding.message
+
+
+def test_discarded_passes_before_a_full_window_are_a_zeroed_tail():
+    finding = rules.discarded_passes(7, lost=[10, 11], kept=[12, 13, 14, 15], k=4)
+    assert finding.code == "leftover-gradients" and "2 backward pass(es)" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("lost", "kept", "k"),
+    [([10, 11, 12], [13], 4), ([10], [11], 1), ([10, 12], [11, 13, 14, 15], 4)],
+)
+def test_discarded_passes_inside_a_window_are_a_zero_grad_before_step(lost, kept, k):
+    finding = rules.discarded_passes(3, lost=lost, kept=kept, k=k)
+    assert finding.code == "zero-grad-before-step"
+    assert "allow=['zero-grad-before-step']" in finding.message
+
+
+def test_nothing_discarded_is_no_finding():
+    assert rules.discarded_passes(3, lost=[], kept=[1, 2], k=2) is None
+
+
+def test_missing_zero_grad_counts_the_stale_parameters():
+    assert rules.missing_zero_grad(2, 0, 10, 1) is None
+    finding = rules.missing_zero_grad(2, 3, 10, 4)
+    assert "3 of 10 parameters" in finding.message and "zero_grad() after every step" in (
+        finding.message
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule", "none_says", "zeros_says"),
+    [
+        (rules.reset_after_last_backward, "skipped every parameter", "weight decay"),
+        (rules.step_without_grad, "nothing was updated", "weight decay"),
+    ],
+)
+def test_none_and_zero_gradients_are_told_apart(rule, none_says, zeros_says):
+    assert none_says in rule(4, all_none=True).message
+    assert zeros_says in rule(4, all_none=False).message
+
+
+def test_cross_network_leak_names_the_other_network_and_both_fixes():
+    finding = rules.cross_network_leak(3, 1, "optimizer 2 (Adam)")
+    assert finding.code == "cross-network-leak" and "optimizer 2 (Adam)" in finding.message
+    assert "detach()" in finding.message and "requires_grad_(False)" in finding.message
+
+
+def test_the_remaining_rules_fire_only_past_their_threshold():
+    assert rules.scheduler_per_micro_batch(3, 1) is None
+    assert "4 times" in rules.scheduler_per_micro_batch(3, 4).message
+    assert rules.graph_kept_alive(5, [0, 1]) is None
+    assert rules.graph_kept_alive(5, [0, 1, 2]).code == "graph-kept-alive"
+    assert rules.params_not_in_optimizer(1, []) is None
+    names = [f"layer{i}.weight" for i in range(6)]
+    assert "layer3.weight, ..." in rules.params_not_in_optimizer(1, names).message
+    assert "(1024)" in rules.unscale_after_clip(2, "clip_grad_norm_", 1024.0).message
+    assert "Clip once" in rules.clip_per_micro_batch(2).message
+    assert "step once more" in rules.leftover_at_end(2, 5, 4).message
+    assert "step() after the last backward()" in rules.leftover_at_end(1, 5, 1).message
+
+
+def test_every_rule_reports_a_known_code():
+    made = [
+        rules.window_length(windows(1, 4), 4),
+        rules.discarded_passes(1, [1], [2], 1),
+        rules.missing_zero_grad(1, 1, 1, 1),
+        rules.reset_after_last_backward(1, True),
+        rules.step_without_grad(1, True),
+        rules.cross_network_leak(1, 1, "D"),
+        rules.scheduler_per_micro_batch(1, 2),
+        rules.clip_per_micro_batch(1),
+        rules.unscale_after_clip(1, "clip_grad_norm_", 2.0),
+        rules.graph_kept_alive(1, [0, 1, 2]),
+        rules.params_not_in_optimizer(1, ["w"]),
+        rules.leftover_at_end(1, 1, 2),
+    ]
+    assert {f.code for f in made} == set(CODES)
+
+
+@pytest.mark.parametrize(
+    ("codes", "error", "match"),
+    [
+        ("zero-grad-before-step", TypeError, r"not one string: allow=\['zero-grad-before-step'\]"),
+        (["zero-grad-befor-step"], ValueError, "unknown code.*the codes are: missing-zero-grad"),
+        (3, TypeError, "a list of codes"),
+    ],
+)
+def test_allow_lists_are_checked(codes, error, match):
+    with pytest.raises(error, match=match):
+        check_codes(codes)
