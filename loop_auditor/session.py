@@ -17,6 +17,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from loop_auditor.auditor import LoopAuditor
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.unwrap import unwrap_optimizer
 
 
 class AuditSession:
@@ -58,7 +59,7 @@ class AuditSession:
         return "\n".join(str(f) for f in self.findings)
 
     def _adopt(self, optimizer: torch.optim.Optimizer, late: bool = False) -> None:
-        if id(optimizer) in self._adopted or "optimizer" in vars(optimizer):
+        if id(optimizer) in self._adopted or unwrap_optimizer(optimizer) is not optimizer:
             return  # seen, or a wrapper (Accelerate's) around an optimizer audited already
         self._adopted.add(id(optimizer))
         auditor = LoopAuditor(

@@ -14,44 +14,49 @@ _OPTIMIZER_ATTRIBUTES = ("optimizer", "_optimizer")  # Accelerate, Lightning
 _SCHEDULER_ATTRIBUTES = ("scheduler", "_scheduler")
 
 
+def _dig(obj, attributes: tuple[str, ...], found) -> object | None:
+    """``obj`` itself, or the object inside up to 4 wrappers (each held in one of
+    ``attributes``), for which ``found`` is true; None when there is none."""
+    for _ in range(5):
+        if found(obj):
+            return obj
+        obj = next((getattr(obj, a) for a in attributes if _has(obj, a)), None)
+        if obj is None:
+            return None
+    return None
+
+
 def unwrap_optimizer(optimizer) -> torch.optim.Optimizer:
     """The torch optimizer in ``optimizer`` (itself, or inside up to 4 wrappers); TypeError
     when there is none."""
-    found = optimizer
-    for _ in range(5):
-        inner = next(
-            (getattr(found, a) for a in _OPTIMIZER_ATTRIBUTES if _has(found, a)),
-            None,
-        )
-        if inner is None:
-            break
-        found = inner
-    if isinstance(found, torch.optim.Optimizer) and not _has(found, "optimizer"):
-        return found
-    raise TypeError(
-        f"optimizer must be a torch.optim.Optimizer, or the wrapper Accelerate or Lightning "
-        f"hands you (AcceleratedOptimizer, LightningOptimizer); got {type(optimizer).__name__}"
+    found = _dig(
+        optimizer,
+        _OPTIMIZER_ATTRIBUTES,
+        # Lightning's wrapper is an instance of a subclass of the optimizer's own class
+        lambda o: (
+            isinstance(o, torch.optim.Optimizer)
+            and not any(_has(o, a) for a in _OPTIMIZER_ATTRIBUTES)
+        ),
     )
+    if found is None:
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, or the wrapper Accelerate or Lightning "
+            f"hands you (AcceleratedOptimizer, LightningOptimizer); got "
+            f"{type(optimizer).__name__}"
+        )
+    return found
 
 
 def unwrap_scheduler(scheduler):
     """The torch learning-rate scheduler in ``scheduler`` (itself or inside a wrapper such as
     Accelerate's ``AcceleratedScheduler``); TypeError when there is none."""
-    found = scheduler
-    for _ in range(5):
-        if isinstance(found, torch.optim.lr_scheduler.LRScheduler) or _is_plateau(found):
-            return found
-        inner = next(
-            (getattr(found, a) for a in _SCHEDULER_ATTRIBUTES if _has(found, a)),
-            None,
+    found = _dig(scheduler, _SCHEDULER_ATTRIBUTES, _is_scheduler)
+    if found is None:
+        raise TypeError(
+            f"scheduler must be a torch.optim.lr_scheduler scheduler, or a wrapper around one "
+            f"(Accelerate's AcceleratedScheduler); got {type(scheduler).__name__}"
         )
-        if inner is None:
-            break
-        found = inner
-    raise TypeError(
-        f"scheduler must be a torch.optim.lr_scheduler scheduler, or a wrapper around one "
-        f"(Accelerate's AcceleratedScheduler); got {type(scheduler).__name__}"
-    )
+    return found
 
 
 def accumulation_steps_of(optimizer) -> int | None:
@@ -62,8 +67,9 @@ def accumulation_steps_of(optimizer) -> int | None:
     return steps if isinstance(steps, int) and steps >= 1 else None
 
 
-def _is_plateau(scheduler) -> bool:
-    return isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+def _is_scheduler(scheduler) -> bool:
+    schedulers = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    return isinstance(scheduler, schedulers)
 
 
 def _has(obj, name: str) -> bool:

@@ -1,10 +1,12 @@
 """Each rule of the loop auditor alone, on plain numbers: it fires on what it is about, stays
-silent otherwise, and its message says what happened and the fix."""
+silent otherwise, and its message says what happened and the fix; and bad input to the
+auditor is refused with what to pass instead."""
 
 import pytest
 
-from loop_auditor import CODES, rules
+from loop_auditor import CODES, LoopAuditor, rules
 from loop_auditor.findings import check_codes
+from loop_auditor.session import AuditSession
 
 
 def windows(*sizes):
@@ -135,3 +137,47 @@ def test_every_rule_reports_a_known_code():
 def test_allow_lists_are_checked(codes, error, match):
     with pytest.raises(error, match=match):
         check_codes(codes)
+
+
+# ------------------------------------------------------------------- bad input
+def _model_and_optimizer():
+    import torch
+    from torch import nn
+
+    model = nn.Linear(2, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+class _NotAnOptimizer:
+    def __init__(self):
+        self.optimizer = "not an optimizer either"
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda m, o: LoopAuditor(m, {"lr": 0.1}), TypeError, "or the wrapper Accelerate"),
+        (lambda m, o: LoopAuditor(m, _NotAnOptimizer()), TypeError, "got _NotAnOptimizer"),
+        (lambda m, o: LoopAuditor(m, o, scheduler=o), TypeError, "lr_scheduler scheduler"),
+        (lambda m, o: LoopAuditor(m, o, allow=["leftover"]), ValueError, "unknown code"),
+        (lambda m, o: LoopAuditor(m, o, allow="window-length"), TypeError, "not one string"),
+        (lambda m, o: LoopAuditor(m, o, name=3), TypeError, "name must be a string"),
+        (lambda m, o: LoopAuditor(m, o, accumulation_steps=0), ValueError, "1 or more"),
+        (lambda m, o: AuditSession(accumulation_steps=-1), ValueError, "1 or more"),
+        (lambda m, o: AuditSession(accumulation_steps="4"), TypeError, "an int"),
+        (lambda m, o: AuditSession(allow=["nope"]), ValueError, "unknown code"),
+    ],
+)
+def test_bad_input_is_refused_with_what_to_pass(make, error, match):
+    model, optimizer = _model_and_optimizer()
+    with pytest.raises(error, match=match):
+        make(model, optimizer)
+
+
+def test_a_scope_must_name_known_codes():
+    model, optimizer = _model_and_optimizer()
+    with LoopAuditor(model, optimizer) as audit:
+        with pytest.raises(ValueError, match="name the code"), audit.allow():
+            pass
+        with pytest.raises(ValueError, match="unknown code"), audit.allow("zero-grad"):
+            pass
