@@ -211,11 +211,14 @@ def accelerate_loop(accelerator, model, optimizer, loader, scheduler, bug=None, 
     """accelerate examples/by_feature/gradient_accumulation.py and transformers
     run_clm_no_trainer.py: with accelerator.accumulate(model): forward, accelerator.backward,
     optimizer.step(), lr_scheduler.step(), optimizer.zero_grad()."""
+    total = 0.0
     for _ in range(epochs):
         for x, y in loader:
             with accelerator.accumulate(model):
                 loss = F.mse_loss(model(x), y)
-                accelerator.backward(loss)
+                if bug != "no backward":
+                    accelerator.backward(loss)
+                total += loss if bug == "total += loss" else loss.item()
                 if bug == "clip every micro-batch":  # not under `if accelerator.sync_gradients`
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 elif accelerator.sync_gradients:
@@ -251,13 +254,35 @@ def test_accelerate_accumulate_loop_reports_nothing(accelerator_parts):
         ("no zero_grad", "missing-zero-grad"),
         ("zero_grad before step", "zero-grad-before-step"),
         ("clip every micro-batch", "clip-per-micro-batch"),
+        ("no backward", "step-without-grad"),
+        ("total += loss", "graph-kept-alive"),
     ],
 )
 def test_accelerate_accumulate_loop_bugs_are_caught(accelerator_parts, bug, code):
     accelerator, model, optimizer, loader, scheduler = accelerator_parts
     with LoopAuditor(model, optimizer) as audit:
-        accelerate_loop(accelerator, model, optimizer, loader, scheduler, bug=bug)
+        accelerate_loop(accelerator, model, optimizer, loader, scheduler, bug=bug, epochs=2)
     assert code in audit.codes, str(audit)
+
+
+def test_accelerate_with_an_optimizer_over_part_of_the_model_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    accelerator = accelerate.Accelerator(gradient_accumulation_steps=2, cpu=True)
+    model = mlp()
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model[2].parameters(), lr=0.1))
+    with LoopAuditor(model, optimizer) as audit:
+        for x, y in data(n=4):
+            with accelerator.accumulate(model):
+                accelerator.backward(F.mse_loss(model(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
+    GradientState._reset_state()
+    assert audit.codes == ["params-not-in-optimizer"], str(audit)
+    assert "0.weight, 0.bias" in audit.findings[0].message
 
 
 def test_accelerate_without_accumulate_steps_every_micro_batch(accelerator_parts):
