@@ -60,7 +60,7 @@ def audited_run(
     loop: Callable,
     batches: Sequence[Batch],
     *,
-    accumulation_steps: int = 1,
+    accumulation_steps: int | None = None,
     model: nn.Module | None = None,
     make_optimizer: Callable[[list], torch.optim.Optimizer] | None = None,
     make_scheduler: Callable[[torch.optim.Optimizer], object] | None = None,

@@ -94,7 +94,10 @@ class LoopAuditor:
             )
         torch_optimizer = unwrap_optimizer(optimizer)
         if accumulation_steps is None:
-            accumulation_steps = accumulation_steps_of(optimizer) or 1
+            accumulation_steps = accumulation_steps_of(optimizer)
+        self.declared = accumulation_steps is not None  #: accumulation_steps was given
+        if accumulation_steps is None:
+            accumulation_steps = 1
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
             raise TypeError(
                 f"accumulation_steps must be an int (micro-batches per optimizer step), "
@@ -158,8 +161,7 @@ class LoopAuditor:
         self._scheduler_steps = 0
         self._scheduler_mark = 0
         self._graphs: list[tuple[int, weakref.ref]] = []
-        self._known_optimized: set[int] = set()
-        self._reported_outside: set[int] = set()
+        self._outside: dict[int, tuple[str, torch.Tensor, int | None]] = {}
 
     @property
     def findings(self) -> list[Finding]:
@@ -199,6 +201,11 @@ class LoopAuditor:
                     loss.backward(retain_graph=True)
                     grads.append([p.grad.clone() for p in shared])
         """
+        if not self._inside:
+            raise RuntimeError(
+                "audit.allow(...) works inside the auditor's block: "
+                "with LoopAuditor(...) as audit: ... with audit.allow(code): ..."
+            )
         scope = check_codes(codes, what="allow()")
         if not scope:
             raise ValueError("name the code(s) to allow, e.g. audit.allow('zero-grad-before-step')")
@@ -207,7 +214,8 @@ class LoopAuditor:
         try:
             yield
         finally:
-            self._scoped.remove(scope)
+            if scope in self._scoped:
+                self._scoped.remove(scope)
             if not self._window:  # the scope ended with a step: the new window is not in it
                 self._window_allows = set().union(*self._scoped)
 
@@ -230,15 +238,13 @@ class LoopAuditor:
 
     def __exit__(self, *exc) -> None:
         try:
-            self._finish()
+            self._finish(aborted=exc[0] is not None)
         finally:
             for handle in self._handles:
                 handle.remove()
             self._handles.clear()
             patches.deactivate(self)
-            for users in _CONSUMED.values():
-                users[:] = [u for u in users if u[0] is not self]
-            if not patches.ACTIVE:
+            if not patches.ACTIVE:  # siblings still finishing need what this one stepped on
                 _CONSUMED.clear()
             self._inside = False
 
@@ -254,7 +260,7 @@ class LoopAuditor:
         elif record.ref is None or record.ref() is not grad:
             # Assigned by the loop (PCGrad writing its result), or re-pointed by a framework
             # (DDP into its buckets): what it holds is judged like an in-place change.
-            record.manual = True
+            record.manual, record.stale = True, False  # whatever it was, it is gone
             record.doubts.append((grad.detach().any(), len(record.passes)))
             record.record(p)
         elif grad._version != record.version:
@@ -453,7 +459,8 @@ class LoopAuditor:
         k = self.accumulation_steps
         stale = sum(r.stale for r in self._grads.values())
         manual = any(r.manual for r in self._grads.values())
-        self._report(rules.missing_zero_grad(step, stale, len(self._params), k))
+        if self._window or manual:
+            self._report(rules.missing_zero_grad(step, stale, len(self._params), k))
         size = sum(not self._used_elsewhere(b) for b in kept)  # another network's: not ours
         if lost and not kept and not manual:
             self._report(rules.reset_after_last_backward(step, all_none))
@@ -463,13 +470,17 @@ class LoopAuditor:
             self._report(finding)
             if finding.code == "zero-grad-before-step":
                 size += len(lost)
-        elif not kept and not manual and not stale:
-            self._report(rules.step_without_grad(step, all_none))
+        elif not self._window and not manual:
+            self._report(rules.step_without_grad(step, all_none, reused=stale > 0))
         self._check_leak(step, kept)
         return kept, size
 
     def _used_elsewhere(self, pass_id: int) -> bool:
-        return any(user is not self for user, _ in _CONSUMED.get(pass_id, ()))
+        """Whether another optimizer took this pass: an audited one stepped on it, or any
+        other optimizer stepped after it (one of a GAN's two, the other not audited)."""
+        if any(user is not self for user, _ in _CONSUMED.get(pass_id, ())):
+            return True
+        return patches.other_stepped_after(pass_id, self.optimizer)
 
     def _check_leak(self, step: int, kept: list[int]) -> None:
         """A pass another optimizer stepped on, used here with passes from after that step."""
@@ -518,7 +529,7 @@ class LoopAuditor:
         self._graphs = alive
 
     # ------------------------------------------------------------ the end
-    def _finish(self) -> None:
+    def _finish(self, aborted: bool = False) -> None:
         self._report(
             rules.scheduler_per_micro_batch(None, self._scheduler_steps - self._scheduler_mark)
         )
@@ -526,31 +537,32 @@ class LoopAuditor:
         self._report_outside_parameters(None)
         kept, lost, _ = self._window_state()
         own = [b for b in kept if not self._used_elsewhere(b)] + lost
-        if own:
+        if own and not aborted:  # an error cut the last window short: not a dropped tail
             self._report(rules.leftover_at_end(len(own), self.steps, self.accumulation_steps))
-        self._report(rules.window_length(self._windows, self.accumulation_steps))
+        self._report(rules.window_length(self._windows, self.accumulation_steps, self.declared))
 
     def _report_outside_parameters(self, step: int | None) -> None:
         """Parameters of the model (as it is now) holding a gradient, in no param group of
-        this optimizer or of another auditor's optimizer."""
+        this optimizer or of another auditor's: noted at each step, reported at the end if
+        no optimizer that stepped during the block holds them either."""
         if self.model is None:
             return
-        self._known_optimized |= {
+        known = {
             id(p)
-            for auditor in [self, *patches.ACTIVE]
-            for group in auditor.optimizer.param_groups
+            for optimizer in [a.optimizer for a in [self, *patches.ACTIVE]]
+            + patches.stepped_optimizers()
+            for group in optimizer.param_groups
             for p in group["params"]
         }
-        outside = [
-            (name, p)
-            for name, p in self.model.named_parameters()
-            if p.grad is not None
-            and id(p) not in self._known_optimized
-            and id(p) not in self._reported_outside
-        ]
-        if outside:
-            self._reported_outside.update(id(p) for _, p in outside)
-            self._report(rules.params_not_in_optimizer(step, [name for name, _ in outside]))
+        for name, p in self.model.named_parameters():
+            if p.grad is not None and id(p) not in known and id(p) not in self._outside:
+                self._outside[id(p)] = (name, p, step)
+        for key in [k for k in self._outside if k in known]:
+            del self._outside[key]  # another optimizer holds it after all
+        if step is None and self._outside:
+            names = [name for name, _, _ in self._outside.values()]
+            first = min((s for _, _, s in self._outside.values() if s is not None), default=None)
+            self._report(rules.params_not_in_optimizer(first, names))
 
 
 class _Sentinel:

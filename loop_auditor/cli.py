@@ -75,9 +75,26 @@ def _status(code) -> int:
     return 1
 
 
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The command's own arguments (up to the script) and the script's, kept verbatim."""
+    takes_value = {"--accumulation-steps", "--allow"}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in takes_value:
+            i += 2
+        elif token.startswith("-"):
+            i += 1
+        else:
+            return argv[: i + 1], argv[i + 1 :]
+    return argv, []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    options = parser.parse_args(argv)
+    own, script_args = _split(list(sys.argv[1:] if argv is None else argv))
+    options = parser.parse_args(own)
+    options.args = script_args
     script = Path(options.script)
     if not script.is_file():
         parser.error(f"no such script: {options.script}")
@@ -95,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             traceback.print_exc()
             status = 1
+        session.aborted = status != 0
     sys.stdout.flush()
     rank = os.environ.get("RANK")
     who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"

@@ -48,6 +48,12 @@ def check_codes(codes: Iterable[str], what: str = "allow") -> frozenset[str]:
         codes = list(codes)
     except TypeError:
         raise TypeError(f"{what} must be a list of codes, got {codes!r}") from None
+    not_names = [c for c in codes if not isinstance(c, str)]
+    if not_names:
+        raise TypeError(
+            f"{what} takes code names (strings), got {not_names[0]!r}: for example "
+            f"{what}=['zero-grad-before-step'], or audit.allow('zero-grad-before-step')"
+        )
     unknown = [c for c in codes if c not in CODES]
     if unknown:
         raise ValueError(

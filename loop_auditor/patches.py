@@ -20,6 +20,7 @@ import torch.nn.utils
 import torch.nn.utils.clip_grad
 from torch import nn
 from torch.optim import lr_scheduler
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 ACTIVE: list = []  # the auditors inside their ``with`` block, oldest first
 _ORIGINALS: dict[tuple[object, str], object] = {}
@@ -34,7 +35,9 @@ class _State:
         self.scheduler_depth = 0  # SequentialLR.step calls its children's: count the outer
         self.constructing_scheduler = 0  # a scheduler's __init__ steps once: not the loop's
         self.tasks: dict[int, int] = {}  # graph task -> pass id, for a backward not via ours
-        self.scaled: dict[int, tuple[weakref.ref, object]] = {}  # id(scaled loss) -> scaler
+        # Every optimizer step while an auditor is active, audited or not: (id, step id).
+        self.steps: list[tuple[int, int]] = []
+        self.stepped: dict[int, weakref.ref] = {}  # those optimizers, by id
 
 
 STATE = _State()
@@ -54,16 +57,43 @@ def current_pass() -> int:
     return STATE.tasks[task]
 
 
+_SCALED = "loop-auditor-scaled-by"
+
+
 def scaler_of(roots) -> object | None:
-    """The GradScaler whose ``scale()`` made one of these backward roots, if any."""
-    found, used = None, set()
-    for root in roots:
-        ref, scaler = STATE.scaled.get(id(root), (None, None))
-        if ref is not None and ref() is root:
-            found = scaler
-            used.add(id(root))
-    STATE.scaled = {k: v for k, v in STATE.scaled.items() if k not in used and v[0]() is not None}
-    return found
+    """The GradScaler whose ``scale()`` made one of these backward roots or a tensor a few
+    operations above them (``(scaler.scale(loss) / k).backward()``), if any: ``scale()``
+    marks its output's graph node."""
+    frontier = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
+    for _ in range(4):
+        for node in frontier:
+            ref = node.metadata.get(_SCALED)
+            if ref is not None and ref() is not None:
+                return ref()
+        frontier = [child for node in frontier for child, _ in node.next_functions if child]
+    return None
+
+
+def other_stepped_after(pass_id: int, optimizer) -> bool:
+    """Whether an optimizer other than ``optimizer`` stepped after backward pass ``pass_id``."""
+    for stepper, at in reversed(STATE.steps):
+        if at <= pass_id:
+            return False
+        if stepper != id(optimizer):
+            return True
+    return False
+
+
+def stepped_optimizers() -> list:
+    """The optimizers that stepped while an auditor was active (and still exist)."""
+    return [o for o in (ref() for ref in STATE.stepped.values()) if o is not None]
+
+
+def _on_any_step(optimizer, args, kwargs) -> None:
+    STATE.steps.append((id(optimizer), next_id()))
+    if len(STATE.steps) > 4096:
+        del STATE.steps[:2048]
+    STATE.stepped.setdefault(id(optimizer), weakref.ref(optimizer))
 
 
 # ------------------------------------------------------------------ the wrappers
@@ -142,8 +172,8 @@ def _audited_scale(original):
     def scale(self, outputs):
         result = original(self, outputs)
         for tensor in result if isinstance(result, (list, tuple)) else [result]:
-            if isinstance(tensor, torch.Tensor):
-                STATE.scaled[id(tensor)] = (weakref.ref(tensor), self)
+            if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+                tensor.grad_fn.metadata[_SCALED] = weakref.ref(self)
         return result
 
     return scale
@@ -236,7 +266,15 @@ def _targets():
         (torch.amp.GradScaler, "step", _audited_scaler_step),
         (torch.amp.GradScaler, "update", _audited_update),
     ]
-    schedulers = {lr_scheduler.LRScheduler, lr_scheduler.ReduceLROnPlateau}
+    # Every scheduler class with a step() of its own (ChainedScheduler, SequentialLR and
+    # CosineAnnealingWarmRestarts do not all call the base one).
+    schedulers = [
+        cls
+        for cls in vars(lr_scheduler).values()
+        if isinstance(cls, type)
+        and issubclass(cls, (lr_scheduler.LRScheduler, lr_scheduler.ReduceLROnPlateau))
+        and "step" in cls.__dict__
+    ]
     for cls in schedulers:
         targets.append((cls, "step", _audited_scheduler_step))
     targets.append((lr_scheduler.LRScheduler, "__init__", _audited_scheduler_init))
@@ -254,7 +292,11 @@ def _targets():
     return targets
 
 
+_STEP_HOOK: list = []
+
+
 def install() -> None:
+    _STEP_HOOK.append(register_optimizer_step_post_hook(_on_any_step))
     for owner, name, factory in _targets():
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         _ORIGINALS[(owner, name)] = original
@@ -265,8 +307,9 @@ def remove() -> None:
     for (owner, name), original in _ORIGINALS.items():
         setattr(owner, name, original)
     _ORIGINALS.clear()
-    STATE.scaled = {}
-    STATE.tasks = {}
+    while _STEP_HOOK:
+        _STEP_HOOK.pop().remove()
+    STATE.__init__()
 
 
 def activate(auditor) -> None:

@@ -80,16 +80,23 @@ def discarded_passes(
     )
 
 
-def step_without_grad(step: int, all_none: bool) -> Finding:
-    effect = (
-        "every .grad was None, so nothing was updated"
-        if all_none
-        else "every .grad was zeros, yet weight decay and momentum still moved the parameters"
-    )
+def step_without_grad(step: int, all_none: bool, reused: bool = False) -> Finding:
+    """A step with no backward pass since the last one; ``reused`` when .grad still held the
+    gradients the last step had used."""
+    if reused:
+        effect = (
+            "it applied the gradients the previous step had already used a second time (a "
+            "step() called twice, or a backward() that never ran)"
+        )
+    elif all_none:
+        effect = "every .grad was None, so nothing was updated"
+    else:
+        effect = "every .grad was zeros, yet weight decay and momentum still moved the parameters"
     return Finding(
         "step-without-grad",
         f"step {step} ran with no backward() since the last step: {effect}. Call "
-        f"loss.backward() before optimizer.step(), on a loss that depends on these parameters.",
+        f"loss.backward() before each optimizer.step(), on a loss that depends on these "
+        f"parameters, and step once per window.",
         step,
     )
 
@@ -126,21 +133,29 @@ def leftover_at_end(passes: int, steps: int, k: int) -> Finding:
     )
 
 
-def window_length(windows: Sequence[tuple[int, int]], k: int) -> Finding | None:
-    """``windows``: (step, backward passes it used), in order. A window is full when it
-    has ``k`` passes, or ``c * k`` when most windows have that many (``c`` backward passes
-    per micro-batch, as with one backward() per loss). Only a short window right after a
-    full one is allowed: the tail of an epoch."""
+def window_length(
+    windows: Sequence[tuple[int, int]], k: int, declared: bool = True
+) -> Finding | None:
+    """``windows``: (step, backward passes it used), in order. A full window has ``k``
+    passes when ``k`` was declared; otherwise as many as most windows have (a GAN
+    discriminator's real and fake losses: 2). Only a short window right after a full one is
+    allowed: the tail of an epoch."""
     if len(windows) < 2:
         return None
     sizes = [n for _, n in windows]
     counts = Counter(sizes)
     common = max(counts, key=lambda n: (counts[n], n))
-    full = common if common % k == 0 else k
+    full = k if declared else common
+    several = (
+        f" If each micro-batch calls backward() {common // k} times (one per loss), declare "
+        f"the backward passes per window: accumulation_steps={common}."
+        if common > k and common % k == 0
+        else ""
+    )
     if full not in counts:
+        every = "after every micro-batch" if k == 1 else f"once every {k} micro-batches"
         fix = (
-            f"declare the accumulation your loop has (LoopAuditor(..., "
-            f"accumulation_steps={common}))"
+            f"declare the accumulation your loop has (accumulation_steps={common})"
             if len(counts) == 1
             else "fix the counter that decides when to step"
         )
@@ -148,7 +163,7 @@ def window_length(windows: Sequence[tuple[int, int]], k: int) -> Finding | None:
             "window-length",
             f"the optimizer steps used windows of {_list(sizes)} backward passes, never a full "
             f"window of accumulation_steps={k}: the loop steps on another schedule than "
-            f"declared. Step once every {k} micro-batches, or {fix}.",
+            f"declared. Step {every}, or {fix}.{several}",
             windows[0][0],
         )
     for i, (step, n) in enumerate(windows):
@@ -174,11 +189,11 @@ def window_length(windows: Sequence[tuple[int, int]], k: int) -> Finding | None:
             )
         else:
             continue
-        per = f" ({full // k} backward passes per micro-batch)" if full != k else ""
+        given = f"accumulation_steps={k}" if declared else "no accumulation_steps declared"
         return Finding(
             "window-length",
             f"the optimizer steps used windows of {_list(sizes)} backward passes, with "
-            f"accumulation_steps={k}{per}: {why}.",
+            f"{given}: {why}.{several}",
             step,
         )
     return None

@@ -40,6 +40,8 @@ class AuditSession:
         self._adopted: set[int] = set()
         self._original_init = None
         self._hook = None
+        #: set when the audited code failed: its last window is then not a dropped tail
+        self.aborted = False
 
     @property
     def findings(self) -> list[Finding]:
@@ -72,6 +74,10 @@ class AuditSession:
         self.auditors.append(auditor)
 
     def __enter__(self) -> AuditSession:
+        if self._hook is not None:
+            raise RuntimeError("this AuditSession is already in use; make a new one")
+        self.auditors, self._adopted = [], set()
+        self.aborted = False
         original = torch.optim.Optimizer.__init__
         self._original_init = original
 
@@ -91,10 +97,12 @@ class AuditSession:
     def __exit__(self, *exc) -> None:
         torch.optim.Optimizer.__init__ = self._original_init
         self._hook.remove()
+        self._hook = None
         errors = []
+        failed = exc if exc[0] is not None else (RuntimeError, None, None) if self.aborted else exc
         for auditor in reversed(self.auditors):
             try:
-                auditor.__exit__(None, None, None)
+                auditor.__exit__(*failed)
             except Exception as error:  # finish every auditor, then raise the first
                 errors.append(error)
         if errors:

@@ -232,7 +232,7 @@ def run(loop, optimizer_params=None, audit=True, scheduler=False, scaler=False, 
         auditor = LoopAuditor(
             model,
             opt,
-            accumulation_steps=kwargs.get("k", 1),
+            accumulation_steps=kwargs.get("k"),  # None: not declared
             scheduler=extras.get("scheduler"),
             scaler=extras.get("scaler"),
         )
@@ -558,7 +558,7 @@ def per_task_gradients_then_backward(model, opt, _):
     [measure_norm_every_micro_batch, loss_with_zero_gradient, per_task_gradients_then_backward],
 )
 def test_correct_loops_that_look_odd_report_nothing(loop):
-    auditor, _ = run(loop, k=1)
+    auditor, _ = run(loop)  # accumulation_steps not declared
     assert auditor.findings == [], str(auditor)
 
 

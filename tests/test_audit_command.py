@@ -55,9 +55,11 @@ def run(*args, cwd):
 
 def test_a_correct_script_runs_unchanged_with_its_own_helpers_module(tmp_path):
     path = script(tmp_path)
-    done = run(sys.executable, "-m", "loop_auditor", path.name, "--lr", "0.1", cwd=tmp_path)
+    done = run(
+        sys.executable, "-m", "loop_auditor", path.name, "--lr", "0.1", "--", "-x", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "trained __main__ ['--lr', '0.1']\n"
+    assert done.stdout == "trained __main__ ['--lr', '0.1', '--', '-x']\n"  # verbatim
     assert "loop auditor: no findings in train.py (1 optimizer, 4 steps)." in done.stderr
 
 

@@ -167,19 +167,35 @@ def test_a_short_window_at_the_end_of_each_epoch_is_allowed():
     assert audit.findings == [], str(audit)
 
 
-def test_two_backward_calls_per_micro_batch_are_one_micro_batch_each():
-    """Two losses, one backward() each (notebook 04): windows of 8 passes for k=4."""
+def two_backward_calls_per_micro_batch(model, optimizer):
+    """Two losses, one backward() each (notebook 04): windows of 8 passes for 4 micro-batches."""
+    for start in range(0, 8, 4):
+        for x, y in data(n=8)[start : start + 4]:
+            out = model(x)
+            (F.mse_loss(out, y) / 4).backward(retain_graph=True)
+            (out.abs().mean() / 4).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize(("declared", "codes"), [(None, []), (8, []), (4, ["window-length"])])
+def test_accumulation_steps_counts_backward_passes(declared, codes):
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    with LoopAuditor(model, optimizer, accumulation_steps=4) as audit:
-        for start in range(0, 8, 4):
-            for x, y in data(n=8)[start : start + 4]:
-                out = model(x)
-                (F.mse_loss(out, y) / 4).backward(retain_graph=True)
-                (out.abs().mean() / 4).backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    assert audit.findings == [], str(audit)
+    with LoopAuditor(model, optimizer, accumulation_steps=declared) as audit:
+        two_backward_calls_per_micro_batch(model, optimizer)
+    assert audit.codes == codes, str(audit)
+    if codes:
+        assert "declare the backward passes per window: accumulation_steps=8" in str(audit)
+
+
+def test_stepping_every_two_windows_is_caught():
+    """Declared 2, stepped every 4: a multiple of the declared window is no excuse."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with LoopAuditor(model, optimizer, accumulation_steps=2) as audit:
+        steps_after(model, optimizer, lambda i: (i + 1) % 4 == 0, n=8)
+    assert audit.codes == ["window-length"], str(audit)
 
 
 # ------------------------------------------------------------ Accelerate
@@ -759,3 +775,205 @@ def test_weights_are_bit_for_bit_the_same_under_the_auditor():
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.equal(*results)
     assert not math.isnan(results[0].sum().item())
+
+
+# ------------------------------------------------- cases found by a practitioner's review
+def test_dcgan_reports_nothing_whichever_auditor_is_entered_first():
+    G, D = gan()
+    opt_g, opt_d = (torch.optim.Adam(n.parameters(), lr=2e-4) for n in (G, D))
+    with LoopAuditor(D, opt_d, name="D") as audit_d, LoopAuditor(G, opt_g, name="G") as audit_g:
+        dcgan(G, D, opt_g, opt_d)
+    assert audit_d.findings == [] and audit_g.findings == [], f"{audit_d}\n{audit_g}"
+
+
+@pytest.mark.parametrize("audited", ["G", "D"])
+def test_dcgan_with_one_network_audited_reports_nothing(audited):
+    """The other optimizer steps unaudited: the passes it stepped after are its business."""
+    G, D = gan()
+    opt_g, opt_d = (torch.optim.Adam(n.parameters(), lr=2e-4) for n in (G, D))
+    net, opt = (G, opt_g) if audited == "G" else (D, opt_d)
+    with LoopAuditor(net, opt) as audit:
+        dcgan(G, D, opt_g, opt_d)
+    assert audit.findings == [], str(audit)
+
+
+def test_an_optimizer_rebuilt_mid_run_under_the_session_reports_nothing():
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    with AuditSession() as session:
+        head = torch.optim.SGD(model[2].parameters(), lr=0.05)
+        for x, y in data(n=3):
+            head.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            head.step()
+        whole = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for x, y in data(n=3):
+            whole.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            whole.step()
+    assert session.findings == [], str(session)
+    assert [a.steps for a in session.auditors] == [3, 3]
+
+
+def test_a_session_can_be_reused_but_not_nested():
+    from loop_auditor.session import AuditSession
+
+    session = AuditSession()
+    for _ in range(2):
+        with session:
+            model = mlp()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            F.mse_loss(model(data(n=1)[0][0]), data(n=1)[0][1]).backward()
+            optimizer.step()
+        assert len(session.auditors) == 1 and session.findings == []
+    init = torch.optim.Optimizer.__init__
+    with session, pytest.raises(RuntimeError, match="already in use"), session:
+        pass
+    assert torch.optim.Optimizer.__init__ is init
+
+
+@pytest.mark.parametrize(
+    ("make", "per_micro_batch", "codes"),
+    [
+        (lambda o: torch.optim.lr_scheduler.ChainedScheduler(
+            [torch.optim.lr_scheduler.StepLR(o, 2), torch.optim.lr_scheduler.ExponentialLR(o, 0.9)]
+        ), False, []),
+        (lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 3), True,
+         ["scheduler-per-micro-batch"]),
+        (lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, 3), False, []),
+        (lambda o: torch.optim.lr_scheduler.SequentialLR(
+            o, [torch.optim.lr_scheduler.ConstantLR(o), torch.optim.lr_scheduler.StepLR(o, 2)], [2]
+        ), False, []),
+    ],
+)  # fmt: skip
+def test_schedulers_with_a_step_of_their_own_are_counted_once(make, per_micro_batch, codes):
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = make(optimizer)
+    with LoopAuditor(model, optimizer, accumulation_steps=2) as audit:
+        for i, (x, y) in enumerate(data(n=8)):
+            (F.mse_loss(model(x), y) / 2).backward()
+            if per_micro_batch:
+                scheduler.step()
+            if i % 2:
+                optimizer.step()
+                optimizer.zero_grad()
+                if not per_micro_batch:
+                    scheduler.step()
+    assert audit.codes == codes, str(audit)
+
+
+def test_a_scaled_loss_divided_afterwards_is_still_known_as_scaled():
+    """(scaler.scale(loss) / k).backward(): clipping before unscale_ is caught, and the
+    auditor was not told about the scaler."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    with LoopAuditor(model, optimizer, accumulation_steps=2) as audit:
+        for i, (x, y) in enumerate(data(n=4)):
+            (scaler.scale(F.mse_loss(model(x), y)) / 2).backward()
+            if i % 2:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+    assert audit.codes == ["unscale-after-clip"], str(audit)
+
+
+def test_gradients_assigned_by_the_loop_replace_the_old_ones():
+    """torch.autograd.grad, then p.grad = g and step, with no zero_grad: nothing is stale."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with LoopAuditor(model, optimizer) as audit:
+        for x, y in data(n=5):
+            grads = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
+            for p, g in zip(model.parameters(), grads, strict=True):
+                p.grad = g
+            optimizer.step()
+    assert audit.findings == [], str(audit)
+
+
+def test_a_double_step_is_a_step_without_a_backward():
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with LoopAuditor(model, optimizer) as audit:
+        for x, y in data(n=3):
+            optimizer.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.step()  # the bug
+    assert audit.codes == ["step-without-grad"], str(audit)
+    assert "a step() called twice" in audit.findings[0].message
+
+
+def test_a_split_model_with_one_audited_optimizer_finds_no_outside_parameters():
+    model = mlp()
+    first = torch.optim.SGD(model[0].parameters(), lr=0.05)
+    second = torch.optim.SGD(model[2].parameters(), lr=0.05)
+    with LoopAuditor(model, first) as audit:
+        for x, y in data(n=3):
+            first.zero_grad()
+            second.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            first.step()
+            second.step()
+    assert audit.findings == [], str(audit)
+
+
+def test_an_error_inside_the_block_is_not_reported_as_a_dropped_tail():
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    audit = LoopAuditor(model, optimizer, accumulation_steps=4)
+    with pytest.raises(KeyError), audit:
+        for x, y in data(n=6):
+            (F.mse_loss(model(x), y) / 4).backward()
+        raise KeyError("the loop failed")
+    assert audit.findings == [], str(audit)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda a: a.allow(["zero-grad-before-step"]), TypeError, "code names"),
+        (lambda a: LoopAuditor(a.model, a.optimizer, allow=[["x"]]), TypeError, "code names"),
+    ],
+)
+def test_codes_given_as_lists_are_refused_with_the_right_form(make, error, match):
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with LoopAuditor(model, optimizer) as audit, pytest.raises(error, match=match):
+        with make(audit):
+            pass
+
+
+def test_allow_outside_the_block_says_where_it_goes():
+    model = mlp()
+    audit = LoopAuditor(model, torch.optim.SGD(model.parameters(), lr=0.05))
+    with (
+        pytest.raises(RuntimeError, match="inside the auditor's block"),
+        audit.allow("zero-grad-before-step"),
+    ):
+        pass
+
+
+def test_two_optimizers_on_different_schedules_look_like_a_leak_until_declared():
+    """The README's stated limit: one optimizer steps every micro-batch, the other every 4,
+    over the same backward passes."""
+
+    def train(allow):
+        model = mlp()
+        every, window = (torch.optim.SGD(m.parameters(), lr=0.05) for m in (model[0], model[2]))
+        with LoopAuditor(model[2], window, accumulation_steps=4, allow=allow) as audit, \
+                LoopAuditor(model[0], every):  # fmt: skip
+            for i, (x, y) in enumerate(data(n=8)):
+                (F.mse_loss(model(x), y) / 4).backward()
+                every.step()
+                every.zero_grad()
+                if (i + 1) % 4 == 0:
+                    window.step()
+                    window.zero_grad()
+        return audit.codes
+
+    assert train(allow=()) == ["cross-network-leak"]
+    assert train(allow=["cross-network-leak"]) == []

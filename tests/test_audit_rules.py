@@ -14,18 +14,18 @@ def windows(*sizes):
 
 
 @pytest.mark.parametrize(
-    ("sizes", "k"),
+    ("sizes", "k", "declared"),
     [
-        ((4, 4, 2), 4),  # a short tail
-        ((4, 4, 2, 4, 4, 2), 4),  # one per epoch
-        ((8, 8, 4), 4),  # two backward() per micro-batch
-        ((2, 2, 2), 1),  # a GAN's discriminator: real and fake
-        ((1, 1, 1), 1),
-        ((3,), 4),  # one window: nothing to compare
+        ((4, 4, 2), 4, True),  # a short tail
+        ((4, 4, 2, 4, 4, 2), 4, True),  # one per epoch
+        ((2, 2, 2), 1, False),  # not declared: a GAN's discriminator, real and fake
+        ((2, 1, 2, 1), 1, False),  # not declared: one or two backward calls per step
+        ((1, 1, 1), 1, True),
+        ((3,), 4, True),  # one window: nothing to compare
     ],
 )
-def test_window_length_accepts_full_windows_and_one_short_tail(sizes, k):
-    assert rules.window_length(windows(*sizes), k) is None
+def test_window_length_accepts_full_windows_and_one_short_tail(sizes, k, declared):
+    assert rules.window_length(windows(*sizes), k, declared) is None
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,8 @@ def test_window_length_accepts_full_windows_and_one_short_tail(sizes, k):
         ((4, 2, 2, 4), 4, 3, "right after another short window"),
         ((2, 1, 1), 4, 1, "fix the counter"),
         ((3, 3, 3), 4, 1, "accumulation_steps=3"),
+        ((8, 8, 4), 4, 1, "declare the backward passes per window: accumulation_steps=8"),
+        ((2, 2, 2), 1, 1, "accumulation_steps=2"),  # declared 1
     ],
 )
 def test_window_length_reports_the_first_bad_window_with_the_sizes(sizes, k, step, says):
