@@ -154,18 +154,27 @@ for window in range(2):
             (nn.functional.mse_loss(model(x), y) / 4).backward()
     optimizer.step()
     optimizer.zero_grad()
-dist.barrier()  # without it, gloo's teardown sometimes aborts one rank (torch 2.13, 1 in 5)
+dist.barrier()  # makes gloo's teardown abort (below) rarer; it does not remove it
 dist.destroy_process_group()
 """
 
 
+# torch 2.13's gloo sometimes aborts a rank while the process exits, after all its work,
+# with this message and exit code -6 (the same with the script alone, 1 run in 4 on a busy
+# machine; pytorch/pytorch issue 190489 reports the message): such a run is repeated.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def test_under_torchrun_each_rank_is_audited(tmp_path):
     (tmp_path / "ddp.py").write_text(DDP_TRAIN)
-    done = run(
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--standalone", "-m", "loop_auditor", "--accumulation-steps", "4", "ddp.py",
-        cwd=tmp_path,
-    )  # fmt: skip
+    for _ in range(4):
+        done = run(
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+            "--standalone", "-m", "loop_auditor", "--accumulation-steps", "4", "ddp.py",
+            cwd=tmp_path,
+        )  # fmt: skip
+        if done.returncode == 0 or TEARDOWN_ABORT not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):
         assert f"loop auditor (rank {rank}): no findings in ddp.py (1 optimizer, 2 steps)." in (
