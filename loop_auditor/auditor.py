@@ -321,7 +321,7 @@ class LoopAuditor:
         for root in roots:
             if isinstance(root, torch.Tensor) and root.grad_fn is not None:
                 sentinel = _Sentinel()
-                for node in _graph_nodes_near_root(root.grad_fn):
+                for node in patches.nodes_near_root(root.grad_fn):
                     node.metadata[f"loop-auditor-{id(self)}"] = sentinel
                 self._graphs.append((self.steps, weakref.ref(sentinel)))
 
@@ -567,17 +567,3 @@ class LoopAuditor:
 
 class _Sentinel:
     """Stored in a loss's graph node metadata; it dies when the graph does."""
-
-
-def _graph_nodes_near_root(root: torch.autograd.graph.Node, depth: int = 4) -> list:
-    """The root and the nodes up to ``depth`` edges below it, leaf accumulators excluded."""
-    nodes, frontier = [root], [root]
-    for _ in range(depth):
-        frontier = [
-            child
-            for node in frontier
-            for child, _ in node.next_functions
-            if child is not None and type(child).__name__ != "AccumulateGrad"
-        ]
-        nodes.extend(frontier)
-    return nodes

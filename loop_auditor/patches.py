@@ -64,14 +64,27 @@ def scaler_of(roots) -> object | None:
     """The GradScaler whose ``scale()`` made one of these backward roots or a tensor a few
     operations above them (``(scaler.scale(loss) / k).backward()``), if any: ``scale()``
     marks its output's graph node."""
-    frontier = [r.grad_fn for r in roots if isinstance(r, torch.Tensor) and r.grad_fn is not None]
-    for _ in range(4):
-        for node in frontier:
-            ref = node.metadata.get(_SCALED)
-            if ref is not None and ref() is not None:
-                return ref()
-        frontier = [child for node in frontier for child, _ in node.next_functions if child]
+    for root in roots:
+        if isinstance(root, torch.Tensor) and root.grad_fn is not None:
+            for node in nodes_near_root(root.grad_fn):
+                ref = node.metadata.get(_SCALED)
+                if ref is not None and ref() is not None:
+                    return ref()
     return None
+
+
+def nodes_near_root(root: torch.autograd.graph.Node, depth: int = 4) -> list:
+    """The root and the nodes up to ``depth`` edges below it, leaf accumulators excluded."""
+    nodes, frontier = [root], [root]
+    for _ in range(depth):
+        frontier = [
+            child
+            for node in frontier
+            for child, _ in node.next_functions
+            if child is not None and type(child).__name__ != "AccumulateGrad"
+        ]
+        nodes.extend(frontier)
+    return nodes
 
 
 def other_stepped_after(pass_id: int, optimizer) -> bool:
@@ -154,17 +167,18 @@ def _audited_clip(original, name: str, limit: str):
     return clip
 
 
-def _audited_zero_grad(original, parameters_of):
+def _then(original, event):
+    """A pass-through that calls ``original``, then ``event(auditor, self, *args)`` for each
+    active auditor."""
+
     @functools.wraps(original)
-    def zero_grad(self, *args, **kwargs):
+    def wrapper(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        if ACTIVE:
-            parameters = parameters_of(self)
-            for auditor in list(ACTIVE):
-                auditor._on_known_reset(parameters)
+        for auditor in list(ACTIVE):
+            event(auditor, self, *args)
         return result
 
-    return zero_grad
+    return wrapper
 
 
 def _audited_scale(original):
@@ -179,17 +193,6 @@ def _audited_scale(original):
     return scale
 
 
-def _audited_unscale(original):
-    @functools.wraps(original)
-    def unscale_(self, optimizer):
-        result = original(self, optimizer)
-        for auditor in list(ACTIVE):
-            auditor._on_unscale(self, optimizer)
-        return result
-
-    return unscale_
-
-
 def _audited_scaler_step(original):
     @functools.wraps(original)
     def step(self, optimizer, *args, **kwargs):
@@ -202,17 +205,6 @@ def _audited_scaler_step(original):
         return result
 
     return step
-
-
-def _audited_update(original):
-    @functools.wraps(original)
-    def update(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        for auditor in list(ACTIVE):
-            auditor._on_scaler_update(self)
-        return result
-
-    return update
 
 
 def _audited_scheduler_step(original):
@@ -243,28 +235,32 @@ def _audited_scheduler_init(original):
     return __init__
 
 
-def _optimizer_parameters(optimizer) -> list:
-    return [p for group in optimizer.param_groups for p in group["params"]]
+def _reset_by_optimizer(auditor, optimizer, *_) -> None:
+    auditor._on_known_reset([p for group in optimizer.param_groups for p in group["params"]])
 
 
-def _module_parameters(module) -> list:
-    return list(module.parameters())
+def _reset_by_module(auditor, module, *_) -> None:
+    auditor._on_known_reset(list(module.parameters()))
+
+
+def _unscaled(auditor, scaler, optimizer=None, *_) -> None:
+    auditor._on_unscale(scaler, optimizer)
+
+
+def _updated(auditor, scaler, *_) -> None:
+    auditor._on_scaler_update(scaler)
 
 
 # (owner, attribute, factory): everything install() replaces.
 def _targets():
     targets = [
         (torch.autograd, "backward", _audited_backward),
-        (
-            torch.optim.Optimizer,
-            "zero_grad",
-            lambda f: _audited_zero_grad(f, _optimizer_parameters),
-        ),
-        (nn.Module, "zero_grad", lambda f: _audited_zero_grad(f, _module_parameters)),
+        (torch.optim.Optimizer, "zero_grad", lambda f: _then(f, _reset_by_optimizer)),
+        (nn.Module, "zero_grad", lambda f: _then(f, _reset_by_module)),
         (torch.amp.GradScaler, "scale", _audited_scale),
-        (torch.amp.GradScaler, "unscale_", _audited_unscale),
+        (torch.amp.GradScaler, "unscale_", lambda f: _then(f, _unscaled)),
         (torch.amp.GradScaler, "step", _audited_scaler_step),
-        (torch.amp.GradScaler, "update", _audited_update),
+        (torch.amp.GradScaler, "update", lambda f: _then(f, _updated)),
     ]
     # Every scheduler class with a step() of its own (ChainedScheduler, SequentialLR and
     # CosineAnnealingWarmRestarts do not all call the base one).

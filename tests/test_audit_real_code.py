@@ -203,24 +203,35 @@ accelerate = pytest.importorskip("accelerate")
 
 
 @pytest.fixture
-def accelerator_parts(tmp_path, monkeypatch):
-    """A real Accelerator(gradient_accumulation_steps=4) on the CPU and what prepare() returns."""
+def new_accelerator(tmp_path, monkeypatch):
+    """Makes a real Accelerator(gradient_accumulation_steps=k) on the CPU, from a clean
+    state (Accelerate keeps its state in singletons), and cleans up after the test."""
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     from accelerate.state import AcceleratorState, GradientState
 
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    accelerator = accelerate.Accelerator(gradient_accumulation_steps=4, cpu=True)
+    def reset():
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+    def make(k):
+        reset()
+        return accelerate.Accelerator(gradient_accumulation_steps=k, cpu=True)
+
+    yield make
+    reset()
+
+
+@pytest.fixture
+def accelerator_parts(new_accelerator):
+    """An Accelerator(gradient_accumulation_steps=4) and what prepare() returns."""
+    accelerator = new_accelerator(4)
     model = mlp()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 / (1 + s))
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(torch.randn(40, 5), torch.randn(40, 1)), batch_size=4
     )
-    parts = accelerator.prepare(model, optimizer, loader, scheduler)
-    yield accelerator, *parts
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    return accelerator, *accelerator.prepare(model, optimizer, loader, scheduler)
 
 
 def accelerate_loop(accelerator, model, optimizer, loader, scheduler, bug=None, epochs=1):
@@ -281,13 +292,8 @@ def test_accelerate_accumulate_loop_bugs_are_caught(accelerator_parts, bug, code
     assert code in audit.codes, str(audit)
 
 
-def test_accelerate_with_an_optimizer_over_part_of_the_model_is_caught(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    accelerator = accelerate.Accelerator(gradient_accumulation_steps=2, cpu=True)
+def test_accelerate_with_an_optimizer_over_part_of_the_model_is_caught(new_accelerator):
+    accelerator = new_accelerator(2)
     model = mlp()
     model, optimizer = accelerator.prepare(model, torch.optim.SGD(model[2].parameters(), lr=0.1))
     with LoopAuditor(model, optimizer) as audit:
@@ -296,7 +302,6 @@ def test_accelerate_with_an_optimizer_over_part_of_the_model_is_caught(tmp_path,
                 accelerator.backward(F.mse_loss(model(x), y))
                 optimizer.step()
                 optimizer.zero_grad()
-    GradientState._reset_state()
     assert audit.codes == ["params-not-in-optimizer"], str(audit)
     assert "0.weight, 0.bias" in audit.findings[0].message
 
