@@ -7,10 +7,15 @@ Set the environment variable ``GM_STRICT_CHECKS=1`` to make a failing check rais
 
 from __future__ import annotations
 
+import decimal
+import functools
 import html
+import inspect
 import math
+import numbers
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,17 +59,138 @@ def is_unanswered(answer: object) -> bool:
     return answer is Ellipsis
 
 
+class AnswerKindError(TypeError):
+    """The answer is of the wrong kind (a string where a number is asked, a function with the
+    wrong parameters, ...). A checker decorated with :func:`checker` turns it into a ❌ that
+    says what kind of answer is expected."""
+
+
+class LearnerCodeError(Exception):
+    """The learner's function raised: :func:`checker` reports it as a ❌ with what the
+    exception usually means, never as a traceback."""
+
+    def __init__(self, error: BaseException, meaning: str):
+        self.error, self.meaning = error, meaning
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        super().__init__(
+            f"your function raised {type(error).__name__}"
+            + (f": {text[:300]}" if text else "")
+            + (f". {meaning}" if meaning else "")
+        )
+
+
+def checker(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+    """Decorate an exercise checker: an answer of the wrong kind, or an exception from the
+    learner's code, becomes a ❌ with a message instead of a raised error."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs) -> CheckResult:
+        try:
+            return check(*args, **kwargs)
+        except (AnswerKindError, LearnerCodeError) as error:
+            return wrong(str(error))
+
+    return checked
+
+
 def as_number(answer: object, what: str = "your answer") -> float:
-    """``answer`` as a float: a Python number or a one-element tensor, else ``TypeError``."""
-    if isinstance(answer, torch.Tensor):
-        if answer.numel() != 1:
-            raise TypeError(
-                f"{what} must be a single number; got a tensor of shape {tuple(answer.shape)}"
+    """``answer`` as a float. Any real number is accepted: ``int``, ``float``, ``Fraction``,
+    ``Decimal``, numpy scalars and zero-dimensional or one-element arrays, and one-element
+    tensors. Anything else raises :class:`AnswerKindError`, which says what is expected."""
+    if isinstance(answer, (torch.Tensor,)) or _is_array_like(answer):
+        size = answer.numel() if isinstance(answer, torch.Tensor) else answer.size
+        if size != 1:
+            raise AnswerKindError(
+                f"{what} must be a single number; got {type(answer).__name__} of shape "
+                f"{tuple(answer.shape)}"
             )
-        return float(answer.item())
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise TypeError(f"{what} must be a number such as 17.0, got {type(answer).__name__}")
-    return float(answer)
+        return as_number(answer.item(), what)
+    if isinstance(answer, bool):
+        raise AnswerKindError(f"{what} must be a number such as 17.0, not {answer}")
+    if isinstance(answer, (numbers.Real, decimal.Decimal)):
+        return float(answer)
+    if isinstance(answer, str):
+        raise AnswerKindError(
+            f"{what} must be a number such as 17.0, not the string {answer!r}: write the "
+            "number without quotes (a fraction such as 3 / 4 is fine)"
+        )
+    if isinstance(answer, numbers.Complex):
+        raise AnswerKindError(f"{what} must be a real number, not the complex {answer!r}")
+    kind = "None" if answer is None else type(answer).__name__
+    raise AnswerKindError(f"{what} must be a number such as 17.0, got {kind}")
+
+
+def _is_array_like(answer: object) -> bool:
+    """A numpy array or scalar (or anything shaped like one), without importing numpy."""
+    return all(hasattr(answer, name) for name in ("shape", "size", "item", "dtype"))
+
+
+def as_function(answer: object, call: str) -> Callable:
+    """``answer`` as a function that can be called as ``call``, for example
+    ``"train_epoch(model, optimizer, batches)"``; else :class:`AnswerKindError`."""
+    name, parameters = re.fullmatch(r"(\w+)\((.*)\)", call).groups()
+    parameters = [p.strip() for p in parameters.split(",") if p.strip()]
+    if not callable(answer):
+        kind = "None" if answer is None else type(answer).__name__
+        raise AnswerKindError(
+            f"pass your function itself (its name, without parentheses), got {kind}: the check "
+            f"calls it as {call}"
+        )
+    try:
+        signature = inspect.signature(answer)
+    except (TypeError, ValueError):  # a builtin without a signature: let the call decide
+        return answer
+    try:
+        signature.bind(*parameters)
+    except TypeError:
+        raise AnswerKindError(
+            f"your function takes {signature}, but it is called as {call}: give it "
+            f"{len(parameters)} parameters ({', '.join(parameters)})"
+        ) from None
+    return answer
+
+
+# What an exception raised inside a learner's loop usually means, by a fragment of its
+# message (first match wins). Checked by tests/test_checks.py, one case each.
+MEANINGS = {
+    "backward through the graph a second time": "A second backward() went through a graph "
+    "that the first one freed: compute a fresh loss (a new forward pass) before each "
+    "backward(), or backward once on the summed loss.",
+    "does not require grad and does not have a grad_fn": "backward() was called on a tensor "
+    "with no graph: was the loss computed under torch.no_grad(), detached, or taken with "
+    ".item()?",
+    "No inf checks were recorded": "scaler.update() ran without a scaler.step(optimizer) "
+    "before it in this window: step first, then update, once per optimizer step.",
+    "unscale_() has already been called": "scaler.unscale_(optimizer) ran twice before one "
+    "update(): unscale once per window, after its last backward().",
+    "modified by an inplace operation": "a tensor the backward pass needs was changed in "
+    "place (often by optimizer.step()) before backward(): step only after the backward "
+    "calls that use the old weights.",
+    "grad can be implicitly created only for scalar outputs": "backward() was called on a "
+    "loss with more than one element: reduce it to one number (sum or mean) first.",
+    "cannot be multiplied": "a shape mismatch inside the model: are inputs and targets the "
+    "right way round in `for inputs, targets in ...`?",
+    "not enough values to unpack": "each micro-batch is an (inputs, targets) pair: unpack "
+    "it as `for inputs, targets in micro_batches`.",
+    "too many values to unpack": "each micro-batch is an (inputs, targets) pair: unpack "
+    "it as `for inputs, targets in micro_batches`.",
+    "object is not callable": "something that is not a function was called: check for a "
+    "name reused for a value (loss = loss(...)) or a missing operator.",
+    "division by zero": "something was divided by zero: a window or a token count of 0?",
+    "is not defined": "a name used in your function is not defined: define it in the "
+    "function, or pass it in as a parameter.",
+}
+
+
+def call_learner(function: Callable, *args, **kwargs):
+    """Call the learner's ``function``; an exception from it becomes
+    :class:`LearnerCodeError` with what it usually means."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # the learner's code: report it, never a traceback
+        text = str(error)
+        meaning = next((m for fragment, m in MEANINGS.items() if fragment in text), "")
+        raise LearnerCodeError(error, meaning) from None
 
 
 def as_names(answer: object, example: str, *, letters: bool = False) -> set[str]:
@@ -79,7 +205,8 @@ def as_names(answer: object, example: str, *, letters: bool = False) -> set[str]
     if not isinstance(answer, (set, list, tuple, frozenset)) or not all(
         isinstance(item, str) for item in answer
     ):
-        raise TypeError(f"answer must be a set of names such as {example}")
+        kind = "None" if answer is None else type(answer).__name__
+        raise AnswerKindError(f"answer must be a set of names such as {example}, got {kind}")
     return {item.strip() for item in answer}
 
 
@@ -107,3 +234,39 @@ def diagnose_number(
     if twice_hint is not None and expected != 0 and number_matches(answer, 2 * expected):
         return wrong(f"{answer:g} is exactly 2x the expected value: {twice_hint}")
     return wrong(f"{answer:g} is not it. {fallback}")
+
+
+def number_checker(
+    expected: float | Callable[[], float],
+    misconceptions: dict[float, str],
+    fallback: str,
+    *,
+    doc: str,
+    twice_hint: str | None = None,
+) -> Callable[[object], CheckResult]:
+    """A checker for a numeric question. ``misconceptions`` maps the number each common
+    mistake gives to a hint that names the mistake; ``expected`` may be computed (a function
+    of no arguments). The checker keeps both as attributes, so the tests can try each one."""
+    if callable(expected):
+        expected_value = expected
+    else:
+
+        def expected_value() -> float:
+            return expected
+
+    @checker
+    def check(answer: object) -> CheckResult:
+        if is_unanswered(answer):
+            return wrong(NOT_ANSWERED)
+        return diagnose_number(
+            as_number(answer, "answer"),
+            expected_value(),
+            misconceptions,
+            fallback,
+            twice_hint=twice_hint,
+        )
+
+    check.__doc__ = doc
+    check.expected = expected_value
+    check.misconceptions = misconceptions
+    return check

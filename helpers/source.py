@@ -1,0 +1,13 @@
+"""Show the code that runs: a notebook prints a helper's source with :func:`show_source`,
+so what the learner reads is what the course executes (tests/test_shown_sources.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+
+def show_source(function: object) -> None:
+    """Print the source of a function or class defined in the course's helpers."""
+    if not (inspect.isfunction(function) or inspect.isclass(function)):
+        raise TypeError(f"show_source takes a function or class, got {type(function).__name__}")
+    print(inspect.getsource(function).rstrip())
