@@ -128,7 +128,7 @@ def _is_array_like(answer: object) -> bool:
 def as_function(answer: object, call: str) -> Callable:
     """``answer`` as a function that can be called as ``call``, for example
     ``"train_epoch(model, optimizer, batches)"``; else :class:`AnswerKindError`."""
-    name, parameters = re.fullmatch(r"(\w+)\((.*)\)", call).groups()
+    _, parameters = re.fullmatch(r"(\w+)\((.*)\)", call).groups()
     parameters = [p.strip() for p in parameters.split(",") if p.strip()]
     if not callable(answer):
         kind = "None" if answer is None else type(answer).__name__

@@ -70,19 +70,31 @@ def train_steps(
         raise ValueError("momentum and dampening must not be negative")
     optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening)
     device = params[0].device
+    batches = [(inputs.to(device), targets.to(device)) for inputs, targets in batches]
     history = History()
-    for step in range(steps):
-        inputs, targets = batches[step % len(batches)]
-        if zero_grad:
-            optimizer.zero_grad()
-        loss = loss_fn(model(inputs.to(device)), targets.to(device))
-        loss.backward()
-        optimizer.step()
+
+    def record(loss: torch.Tensor) -> None:
         grads = [p.grad for p in params if p.grad is not None]
         history.losses.append(loss.item())
         history.grad_norms.append(torch.stack([g.norm() for g in grads]).norm().item())
         history.weights.append(torch.cat([p.detach().flatten() for p in params]).cpu())
+
+    sgd_loop(model, optimizer, batches, steps, zero_grad, loss_fn, record)
     return history
+
+
+def sgd_loop(model, optimizer, batches, steps, zero_grad, loss_fn, record) -> None:
+    """The training loop of notebook 01: one step per batch, cycling through ``batches``;
+    without ``zero_grad`` every ``backward()`` adds to what ``.grad`` already holds.
+    ``record(loss)`` runs after each step."""
+    for step in range(steps):
+        inputs, targets = batches[step % len(batches)]
+        if zero_grad:
+            optimizer.zero_grad()
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        record(loss)
 
 
 def compare_zero_grad(

@@ -1,10 +1,20 @@
 """Every checker passes the solution and rejects typical wrong answers with the right hint."""
 
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
-from helpers.checks import CheckResult, as_number, diagnose_number, wrong
+from helpers.checks import (
+    AnswerKindError,
+    CheckResult,
+    as_number,
+    diagnose_number,
+    wrong,
+)
 from helpers.exercises.autograd_accumulates import (
     check_grad_prediction,
     check_training_loop,
@@ -37,15 +47,44 @@ def test_strict_mode_raises_on_a_wrong_answer(strict_checks):
     assert check_grad_prediction(17).passed
 
 
-def test_numbers_accept_python_numbers_and_one_element_tensors():
-    assert as_number(torch.tensor([2.5])) == 2.5
-    assert as_number(3) == 3.0
-    with pytest.raises(TypeError, match="single number"):
-        as_number(torch.zeros(2))
-    with pytest.raises(TypeError, match="must be a number"):
-        as_number("17")
-    with pytest.raises(TypeError, match="must be a number"):
-        as_number(True)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        3,
+        3.0,
+        Fraction(3),
+        Decimal("3"),
+        np.int64(3),
+        np.float32(3),
+        np.array(3.0),
+        np.array([3]),
+        torch.tensor(3),
+        torch.tensor([3.0]),
+        torch.tensor([[3.0]], dtype=torch.float64),
+    ],
+    ids=lambda a: type(a).__name__,
+)
+def test_numbers_accept_every_real_number_type(answer):
+    assert as_number(answer) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (torch.zeros(2), "single number; got Tensor of shape (2,)"),
+        (np.zeros((2, 2)), "single number; got ndarray of shape (2, 2)"),
+        ("17", "not the string '17'"),
+        (True, "not True"),
+        (None, "got None"),
+        ([17], "got list"),
+        (1 + 2j, "real number"),
+    ],
+)
+def test_numbers_refuse_other_kinds_with_what_is_expected(answer, message):
+    with pytest.raises(AnswerKindError) as raised:
+        as_number(answer)
+    assert message in str(raised.value)
+    assert isinstance(raised.value, TypeError)
 
 
 def test_an_answer_twice_the_expected_one_gets_the_exercises_twice_hint():
@@ -68,6 +107,8 @@ class TestGradPrediction:
             (6, "three backward calls ran and each one adds"),
             (12, "left out (5 * w).backward()"),
             (11, "both of its backward calls add"),
+            (27, "not the value 5 * w = 15"),
+            (33, "adds the losses' values"),
             (34, "Add what each backward() contributes"),
             (1, "Add what each backward() contributes"),
         ],
@@ -77,8 +118,8 @@ class TestGradPrediction:
 
     def test_placeholder_and_wrong_type(self):
         assert_hint(check_grad_prediction(...), "Not answered yet")
-        with pytest.raises(TypeError, match="must be a number"):
-            check_grad_prediction("17")
+        assert_hint(check_grad_prediction("17"), "not the string '17'", "without quotes")
+        assert_hint(check_grad_prediction(None), "must be a number", "got None")
 
 
 class TestWeightWithoutZeroGrad:
@@ -91,6 +132,8 @@ class TestWeightWithoutZeroGrad:
             (0.4, "loop *with* zero_grad"),
             (-0.8, "total 1 + 2 + 3 = 6 at every step"),
             (0.6, "count the third one"),
+            (2.0, "SGD subtracts lr times the gradient"),
+            (1.6, "Two mistakes"),
             (0.25, "Write down `.grad` before each step"),
         ],
     )
@@ -186,8 +229,12 @@ class TestTrainingLoop:
 
     def test_placeholder_and_wrong_type(self):
         assert_hint(check_training_loop(...), "Not answered yet")
-        with pytest.raises(TypeError, match="pass your function itself"):
-            check_training_loop(loop_correct(None, None, []))
+        assert_hint(check_training_loop(loop_correct(None, None, [])), "pass your function itself")
+        assert_hint(
+            check_training_loop(lambda model, optimizer: None),
+            "called as train_one_epoch(model, optimizer, batches)",
+            "give it 3 parameters",
+        )
 
 
 class TestDeviceAnswer:
@@ -209,8 +256,8 @@ class TestDeviceAnswer:
         assert_hint(check_device_answer(answer), hint)
 
     def test_wrong_type(self):
-        with pytest.raises(TypeError, match="must be a string"):
-            check_device_answer(0)
+        assert_hint(check_device_answer(0), "must be a string such as 'cpu', got int")
+        assert_hint(check_device_answer(None), "got None")
 
     def test_cuda_with_an_index_counts_on_a_gpu_machine(self, monkeypatch):
         monkeypatch.setenv("GM_DEVICE", "cuda")
@@ -233,6 +280,7 @@ class TestGradAfterSequence:
             (3.2, "`.grad` is 8 before the step, not 4"),
             (1.2, "That is w after the step"),
             (12, "skips both the step"),
+            (1.44, "the value of w ** 2 at w = 1.2"),
             (3, "Follow w and .grad line by line"),
         ],
     )
@@ -260,8 +308,8 @@ class TestMovedParameters:
         assert_hint(check_moved_parameters(answer), hint)
 
     def test_wrong_type(self):
-        with pytest.raises(TypeError, match="set of names"):
-            check_moved_parameters(3)
+        assert_hint(check_moved_parameters(3), "set of names")
+        assert_hint(check_correct_placements(None), "set of names", "got None")
 
 
 class TestCorrectPlacements:

@@ -11,61 +11,58 @@ from torch import nn
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
-    as_number,
+    as_function,
+    call_learner,
+    checker,
     correct,
-    diagnose_number,
     is_unanswered,
+    number_checker,
     wrong,
 )
 from helpers.data import split_batches
 from helpers.grads import grad_state
 from helpers.training import train_steps
 
-
-def check_grad_prediction(answer: object) -> CheckResult:
-    """Exercise 01.1: ``w.grad`` after ``(w**2).backward()`` twice and ``(5*w).backward()``
-    once, with ``w = 3``. Expected 2*3 + 2*3 + 5 = 17."""
-    if is_unanswered(answer):
-        return wrong(NOT_ANSWERED)
-    value = as_number(answer, "answer")
-    return diagnose_number(
-        value,
-        17.0,
-        {
-            5.0: "That is only the last backward's gradient: backward() adds into `.grad`, "
-            "it never overwrites it.",
-            6.0: "That is the gradient of a single backward of w ** 2 (2 * w = 6), "
-            "but three backward calls ran and each one adds.",
-            11.0: "You counted w ** 2 once: both of its backward calls add 2 * w = 6.",
-            12.0: "You added the two w ** 2 backwards (6 + 6) but left out (5 * w).backward(), "
-            "which adds 5 more.",
-            23.0: "d(w ** 2)/dw is 2 * w = 6, not w ** 2 = 9: recount the two first terms.",
-        },
-        "Add what each backward() contributes: d(w ** 2)/dw = 2 * w, d(5 * w)/dw = 5.",
-    )
+check_grad_prediction = number_checker(
+    17.0,
+    {
+        5.0: "That is only the last backward's gradient: backward() adds into `.grad`, "
+        "it never overwrites it.",
+        6.0: "That is the gradient of a single backward of w ** 2 (2 * w = 6), "
+        "but three backward calls ran and each one adds.",
+        11.0: "You counted w ** 2 once: both of its backward calls add 2 * w = 6.",
+        12.0: "You added the two w ** 2 backwards (6 + 6) but left out (5 * w).backward(), "
+        "which adds 5 more.",
+        23.0: "d(w ** 2)/dw is 2 * w = 6, not w ** 2 = 9: recount the two first terms.",
+        27.0: "(5 * w).backward() adds d(5 * w)/dw = 5, not the value 5 * w = 15.",
+        33.0: "That adds the losses' values (9 + 9 + 15): `.grad` adds their gradients, "
+        "2 * w = 6, 6 and 5.",
+    },
+    "Add what each backward() contributes: d(w ** 2)/dw = 2 * w, d(5 * w)/dw = 5.",
+    doc="""Exercise 01.1: ``w.grad`` after ``(w**2).backward()`` twice and ``(5*w).backward()``
+    once, with ``w = 3``. Expected 2*3 + 2*3 + 5 = 17.""",
+)
 
 
-def check_weight_without_zero_grad(answer: object) -> CheckResult:
-    """Exercise 01.2: start at w = 1.0, lr = 0.1, three SGD steps whose backward calls
+check_weight_without_zero_grad = number_checker(
+    0.0,
+    {
+        0.4: "That is the loop *with* zero_grad: each step used only its own gradient "
+        "(1, then 2, then 3). Without zero_grad, step t uses g_1 + ... + g_t.",
+        -0.8: "You applied the total 1 + 2 + 3 = 6 at every step, but step 1 has only "
+        "seen g_1 and step 2 has seen g_1 + g_2.",
+        0.6: "That is two steps (1 + 3 = 4); count the third one, which uses 1 + 2 + 3.",
+        0.9: "That is one step; the loop runs three.",
+        2.0: "A sign: SGD subtracts lr times the gradient, w -= 0.1 * .grad; you added it.",
+        1.6: "Two mistakes: that adds the steps (the sign) and uses each step's own "
+        "gradient (the loop with zero_grad).",
+    },
+    "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
+    "subtracts lr times that.",
+    doc="""Exercise 01.2: start at w = 1.0, lr = 0.1, three SGD steps whose backward calls
     contribute 1, 2 and 3, and no ``zero_grad``. The steps use 1, 1+2 and 1+2+3, so
-    w = 1 - 0.1 * (1 + 3 + 6) = 0.0."""
-    if is_unanswered(answer):
-        return wrong(NOT_ANSWERED)
-    value = as_number(answer, "answer")
-    return diagnose_number(
-        value,
-        0.0,
-        {
-            0.4: "That is the loop *with* zero_grad: each step used only its own gradient "
-            "(1, then 2, then 3). Without zero_grad, step t uses g_1 + ... + g_t.",
-            -0.8: "You applied the total 1 + 2 + 3 = 6 at every step, but step 1 has only "
-            "seen g_1 and step 2 has seen g_1 + g_2.",
-            0.6: "That is two steps (1 + 3 = 4); count the third one, which uses 1 + 2 + 3.",
-            0.9: "That is one step; the loop runs three.",
-        },
-        "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
-        "subtracts lr times that.",
-    )
+    w = 1 - 0.1 * (1 + 3 + 6) = 0.0.""",
+)
 
 
 TrainOneEpoch = Callable[[nn.Module, torch.optim.Optimizer, list], object]
@@ -85,13 +82,13 @@ def _overall_grad_state(model: nn.Module) -> str:
     return "nonzero" if "nonzero" in states else ("zeros" if "zeros" in states else "None")
 
 
+@checker
 def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
     """Exercise 01.3: ``train_one_epoch(model, optimizer, batches)`` must take one SGD step
     per batch, each with the gradient of that batch's MSE loss alone."""
     if is_unanswered(train_one_epoch):
         return wrong(NOT_ANSWERED)
-    if not callable(train_one_epoch):
-        raise TypeError("pass your function itself: check_training_loop(train_one_epoch)")
+    as_function(train_one_epoch, "train_one_epoch(model, optimizer, batches)")
     start, batches = _exercise_problem()
     lr = 0.1
     model = copy.deepcopy(start)
@@ -101,9 +98,7 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
         lambda *_: grads_at_steps.append(_overall_grad_state(model))
     )
     try:
-        train_one_epoch(model, optimizer, batches)
-    except Exception as error:  # the learner's code: report, do not crash the check
-        return wrong(f"your function raised {type(error).__name__}: {error}")
+        call_learner(train_one_epoch, model, optimizer, batches)
     finally:
         handle.remove()
     got = torch.cat([p.detach().flatten() for p in model.parameters()])

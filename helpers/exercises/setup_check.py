@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from helpers.checks import CheckResult, correct, is_unanswered, wrong
+from helpers.checks import AnswerKindError, CheckResult, checker, correct, is_unanswered, wrong
 from helpers.device import pick_device
 
 
+@checker
 def check_device_answer(answer: object) -> CheckResult:
     """Exercise 00.1: name the device (``"cpu"``, ``"cuda"`` or ``"mps"``) the check found."""
     if is_unanswered(answer):
@@ -15,7 +16,8 @@ def check_device_answer(answer: object) -> CheckResult:
     if isinstance(answer, torch.device):
         answer = answer.type
     if not isinstance(answer, str):
-        raise TypeError(f"answer must be a string such as 'cpu', got {type(answer).__name__}")
+        kind = "None" if answer is None else type(answer).__name__
+        raise AnswerKindError(f"answer must be a string such as 'cpu', got {kind}")
     found = pick_device().type
     given = answer.strip().lower()
     if given == found or (found == "cuda" and given.startswith("cuda:")):

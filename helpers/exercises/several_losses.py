@@ -9,12 +9,18 @@ from torch import nn
 
 from helpers.checks import (
     NOT_ANSWERED,
+    AnswerKindError,
     CheckResult,
+    LearnerCodeError,
+    as_function,
     as_names,
     as_number,
+    call_learner,
+    checker,
     correct,
-    diagnose_number,
     is_unanswered,
+    number_checker,
+    number_matches,
     wrong,
 )
 from helpers.models import TwoHeads
@@ -34,34 +40,35 @@ def _two_task_losses() -> tuple[TwoHeads, torch.Tensor, torch.Tensor]:
     return model, loss_a, loss_b
 
 
+@checker
 def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
     """Exercise 04.1: ``two_task_backward(loss_a, loss_b, w_a, w_b)`` must leave in the trunk's
     ``.grad`` exactly ``w_a * g_a + w_b * g_b``."""
     if is_unanswered(two_task_backward):
         return wrong(NOT_ANSWERED)
-    if not callable(two_task_backward):
-        raise TypeError("pass your function itself: check_two_task_backward(two_task_backward)")
+    as_function(two_task_backward, "two_task_backward(loss_a, loss_b, w_a, w_b)")
     model, loss_a, loss_b = _two_task_losses()
     trunk = list(model.trunk.parameters())
     g_a, g_b = (flatten(g) for g in task_gradients([loss_a, loss_b], trunk))
     w_a, w_b = WEIGHTS
     try:
-        two_task_backward(loss_a, loss_b, w_a, w_b)
-    except RuntimeError as error:
-        if "backward through the graph a second time" in str(error):
+        call_learner(two_task_backward, loss_a, loss_b, w_a, w_b)
+    except LearnerCodeError as failure:
+        error = failure.error
+        if isinstance(error, RuntimeError) and "backward through the graph a second time" in str(
+            error
+        ):
             return wrong(
                 "a second backward() found the graph freed: backward once, on "
                 "w_a * loss_a + w_b * loss_b (or pass retain_graph=True to the first of two "
                 "backward calls, one per loss)."
             )
-        return wrong(f"your function raised RuntimeError: {error}")
-    except TypeError as error:
-        if "NoneType" in str(error):
+        if isinstance(error, TypeError) and "NoneType" in str(error):
             return wrong(
                 "backward() returns None, so `w_a * loss_a.backward()` multiplies None: "
                 "weight the loss first, `(w_a * loss_a).backward()`."
             )
-        return wrong(f"your function raised TypeError: {error}")
+        raise
     if any(p.grad is None for p in trunk):
         return wrong("the trunk got no gradient: did you call backward()?")
     got = torch.cat([p.grad.flatten() for p in trunk])
@@ -72,6 +79,7 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
         "only b": w_b * g_b,
         "only a, unweighted": g_a,
         "squared": w_a**2 * g_a + w_b**2 * g_b,
+        "normalized": (w_a * g_a + w_b * g_b) / (w_a + w_b),
     }
     match = next((n for n, c in candidates.items() if torch.allclose(got, c, atol=1e-6)), None)
     hints = {
@@ -81,6 +89,8 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
         "only b": "only loss_b reached the trunk: loss_a was never backpropagated.",
         "only a, unweighted": "only loss_a reached the trunk, without its weight.",
         "squared": "each weight was applied twice (w_a**2): weight the losses once.",
+        "normalized": "the weights were normalized to sum to 1 (divided by w_a + w_b): use "
+        "w_a and w_b as they are.",
     }
     if match == "right":
         return correct("the trunk received w_a * g_a + w_b * g_b.")
@@ -101,6 +111,7 @@ GAN_OPTIONS = {
 }
 
 
+@checker
 def check_gan_order(answer: object) -> CheckResult:
     """Exercise 04.2: which orderings run without the in-place error *and* give each model the
     gradient of its own loss only? Only B."""
@@ -128,22 +139,96 @@ def check_gan_order(answer: object) -> CheckResult:
     return wrong(" ".join(hints))
 
 
-def check_window_gradient(answer: object) -> CheckResult:
-    """Exercise 04.3: loss = 0.5 * l1 + 2 * l2 per micro-batch, divided by 4, over 4 equal
+check_window_gradient = number_checker(
+    -0.4,
+    {
+        0.1: "That is g1 + g2: each task's weight still scales its gradient.",
+        -1.6: "That is 4x too large: each micro-batch's loss was divided by 4, so the "
+        "window adds up to the full-batch mean.",
+        -0.1: "That is one micro-batch's share: `.grad` adds all 4 micro-batches.",
+        -0.3: "That is g2 alone: l1 adds 0.5 * g1 and l2's weight doubles g2.",
+        0.8: "Signs: 2 * (-0.3) is -0.6.",
+        -0.16: "That divides by the sum of the weights (0.5 + 2 = 2.5): loss weights are not "
+        "normalized, the gradient is 0.5 * g1 + 2 * g2 as written.",
+    },
+    "Gradients add over tasks (with their weights) and over micro-batches (each / 4).",
+    doc="""Exercise 04.3: loss = 0.5 * l1 + 2 * l2 per micro-batch, divided by 4, over 4 equal
     micro-batches; full-batch trunk gradients g1 = 0.4 and g2 = -0.3 give
-    0.5 * 0.4 + 2 * (-0.3) = -0.4."""
-    if is_unanswered(answer):
+    0.5 * 0.4 + 2 * (-0.3) = -0.4.""",
+)
+
+
+@checker
+def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
+    """Exercise 04.4: ``task_grad_norms(losses, params)`` returns, for each loss, the norm of
+    its gradient over all of ``params`` (a parameter it does not reach counts 0), with
+    ``torch.autograd.grad``, leaving every ``.grad`` as it was (None here)."""
+    if is_unanswered(task_grad_norms):
         return wrong(NOT_ANSWERED)
-    return diagnose_number(
-        as_number(answer, "answer"),
-        -0.4,
-        {
-            0.1: "That is g1 + g2: each task's weight still scales its gradient.",
-            -1.6: "That is 4x too large: each micro-batch's loss was divided by 4, so the "
-            "window adds up to the full-batch mean.",
-            -0.1: "That is one micro-batch's share: `.grad` adds all 4 micro-batches.",
-            -0.3: "That is g2 alone: l1 adds 0.5 * g1 and l2's weight doubles g2.",
-            0.8: "Signs: 2 * (-0.3) is -0.6.",
-        },
-        "Gradients add over tasks (with their weights) and over micro-batches (each / 4).",
+    as_function(task_grad_norms, "task_grad_norms(losses, params)")
+    model, loss_a, loss_b = _two_task_losses()
+    params = list(model.parameters())  # both heads too: each loss misses the other's head
+    reference = task_gradients([loss_a, loss_b], params)
+    expected = [flatten(g).norm().item() for g in reference]
+    model, loss_a, loss_b = _two_task_losses()
+    params = list(model.parameters())
+    try:
+        got = call_learner(task_grad_norms, [loss_a, loss_b], params)
+    except LearnerCodeError as failure:
+        text = str(failure.error)
+        if "backward through the graph a second time" in text:
+            return wrong(
+                "the second loss found the graph freed: both losses share the trunk's graph, "
+                "so pass retain_graph=True to torch.autograd.grad (at least for all but the "
+                "last loss)."
+            )
+        if "appears to not have been used in the graph" in text:
+            return wrong(
+                "loss_a does not reach head_b's parameters, so torch.autograd.grad refuses "
+                "them: pass allow_unused=True and count a None gradient as 0."
+            )
+        if "unsupported operand" in text and "NoneType" in text:
+            return wrong(
+                "with allow_unused=True a parameter a loss does not reach gets None, not a "
+                "tensor: count it as 0 (skip it, or use torch.zeros_like)."
+            )
+        raise
+    touched = [p for p in params if p.grad is not None]
+    if touched:
+        return wrong(
+            f"{len(touched)} parameters now have a .grad: backward() adds into .grad; "
+            "torch.autograd.grad(loss, params, ...) returns the gradients instead, leaving "
+            ".grad alone."
+        )
+    try:
+        values = [as_number(value, "each norm") for value in got]
+    except (TypeError, AnswerKindError):
+        return wrong(
+            "return a list with one number per loss, for example [norm_a, norm_b]; got "
+            f"{type(got).__name__}"
+        )
+    if len(values) != 2:
+        return wrong(f"two losses, so two norms; your function returned {len(values)}.")
+    if all(number_matches(v, e) for v, e in zip(values, expected, strict=True)):
+        return correct(f"the two tasks' gradient norms, {expected[0]:.4g} and {expected[1]:.4g}.")
+    squared = [e**2 for e in expected]
+    if all(number_matches(v, s) for v, s in zip(values, squared, strict=True)):
+        return wrong("these are the squared norms: take the square root of the sum of squares.")
+    combined = (flatten(reference[0]) + flatten(reference[1])).norm().item()
+    if all(number_matches(v, combined) for v in values):
+        return wrong(
+            "both numbers are the norm of the summed gradient g_a + g_b: take each loss's "
+            "gradient on its own."
+        )
+    per_tensor_sum = [sum(g.norm().item() for g in grads) for grads in reference]
+    if all(number_matches(v, s) for v, s in zip(values, per_tensor_sum, strict=True)):
+        return wrong(
+            "you added the norms of the separate tensors; the norm over all parameters is "
+            "the square root of the sum of all squared entries (torch.cat the flattened "
+            "gradients, or sqrt of the sum of squared norms)."
+        )
+    return wrong(
+        f"expected norms near {expected[0]:.4g} and {expected[1]:.4g}, got "
+        f"{', '.join(f'{v:.4g}' for v in values)}: the norm of each loss's gradient over "
+        "all params (the L2 norm of all entries together)."
     )

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
+
 import torch
 from torch import nn
 
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
+    LearnerCodeError,
+    as_function,
     as_names,
-    as_number,
+    call_learner,
+    checker,
     correct,
-    diagnose_number,
     is_unanswered,
+    number_checker,
     wrong,
 )
 
@@ -30,36 +36,45 @@ def grad_after_sequence() -> float:
     return w.grad.item()
 
 
+def _expected_after_sequence() -> float:
+    return grad_after_sequence()
+
+
+_check_grad_number = number_checker(
+    _expected_after_sequence,
+    {
+        4.0: "That is 2 * w for w = 2, but step() moved w before the last backward: "
+        "w = 2 - 0.1 * (4 + 4) = 1.2.",
+        0.0: "zero_grad() ran, but then one more backward() added 2 * w.",
+        8.0 + 2 * 1.2: "zero_grad() did run between the step and the last backward: "
+        ".grad restarted from zeros.",
+        8.0: "That is `.grad` just before step(); zero_grad() and one more backward() "
+        "came after it.",
+        3.2: "`.grad` is 8 before the step, not 4: both backward calls add, so the step "
+        "moves w to 2 - 0.1 * 8 = 1.2.",
+        1.2: "That is w after the step, not its gradient: the last backward adds 2 * w.",
+        1.44: "That is the value of w ** 2 at w = 1.2, not its gradient 2 * w.",
+        12.0: "That skips both the step (w changes) and zero_grad (.grad restarts from zeros).",
+    },
+    "Follow w and .grad line by line: .grad = 4, then 8; step moves w to 1.2; zero_grad "
+    "fills zeros; the last backward adds 2 * w.",
+    doc="",
+)
+
+
+@checker
 def check_grad_after_sequence(answer: object) -> CheckResult:
     """Exercise 02.1: expected 2 * 1.2 = 2.4 (the step moved w from 2 to 2 - 0.1 * 8)."""
-    if is_unanswered(answer):
-        return wrong(NOT_ANSWERED)
     if answer is None:
         return wrong(
             "`.grad` is not None: zero_grad(set_to_none=False) leaves a tensor of zeros, and "
             "the last backward() adds its gradient to it."
         )
-    value = as_number(answer, "answer")
-    expected = grad_after_sequence()
-    return diagnose_number(
-        value,
-        expected,
-        {
-            4.0: "That is 2 * w for w = 2, but step() moved w before the last backward: "
-            "w = 2 - 0.1 * (4 + 4) = 1.2.",
-            0.0: "zero_grad() ran, but then one more backward() added 2 * w.",
-            8.0 + expected: "zero_grad() did run between the step and the last backward: "
-            ".grad restarted from zeros.",
-            8.0: "That is `.grad` just before step(); zero_grad() and one more backward() "
-            "came after it.",
-            3.2: "`.grad` is 8 before the step, not 4: both backward calls add, so the step "
-            "moves w to 2 - 0.1 * 8 = 1.2.",
-            1.2: "That is w after the step, not its gradient: the last backward adds 2 * w.",
-            12.0: "That skips both the step (w changes) and zero_grad (.grad restarts from zeros).",
-        },
-        "Follow w and .grad line by line: .grad = 4, then 8; step moves w to 1.2; zero_grad "
-        "fills zeros; the last backward adds 2 * w.",
-    )
+    return _check_grad_number(answer)
+
+
+check_grad_after_sequence.expected = _check_grad_number.expected
+check_grad_after_sequence.misconceptions = _check_grad_number.misconceptions
 
 
 def moved_by_first_adamw_step() -> set[str]:
@@ -74,6 +89,7 @@ def moved_by_first_adamw_step() -> set[str]:
     return {name for name, p in params.items() if not torch.equal(p.detach(), before[name])}
 
 
+@checker
 def check_moved_parameters(answer: object) -> CheckResult:
     """Exercise 02.2: expected {"a", "b"}: a by its gradient, b by weight decay alone."""
     if is_unanswered(answer):
@@ -106,6 +122,7 @@ PLACEMENT_LOOPS = {
 """The four loops of exercise 02.3 and where each calls zero_grad."""
 
 
+@checker
 def check_correct_placements(answer: object) -> CheckResult:
     """Exercise 02.3: the loops that train like the standard one are A, C and D."""
     if is_unanswered(answer):
@@ -136,3 +153,120 @@ def check_correct_placements(answer: object) -> CheckResult:
     if "A" not in given:
         hints.append("A is the standard loop.")
     return wrong(" ".join(hints))
+
+
+def _zero_grad_case() -> tuple[torch.optim.Optimizer, dict[str, nn.Parameter]]:
+    """An SGD optimizer over two param groups whose parameters hold each kind of grad: a
+    plain one (with an inf in it), None, one in the second group, one with a grad_fn
+    (create_graph=True) and one that is a leaf requiring grad (set by hand)."""
+    params = {
+        name: nn.Parameter(torch.ones(3)) for name in ("plain", "none", "second", "graph", "leaf")
+    }
+    (params["plain"] * torch.tensor([1.0, 2.0, float("inf")])).sum().backward()
+    (params["second"] * 3).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_graph=True on a parameter warns of a cycle
+        (params["graph"] ** 2).sum().backward(create_graph=True)
+    params["leaf"].grad = torch.full((3,), 4.0, requires_grad=True)
+    groups = [
+        {"params": [params["plain"], params["none"]]},
+        {"params": [params["second"], params["graph"], params["leaf"]], "lr": 0.01},
+    ]
+    return torch.optim.SGD(groups, lr=0.1), params
+
+
+def _run_zero_grad(my_zero_grad, **options) -> tuple[dict, dict]:
+    optimizer, params = _zero_grad_case()
+    before = {name: p.grad for name, p in params.items()}
+    call_learner(my_zero_grad, optimizer, **options)
+    return before, {name: p.grad for name, p in params.items()}
+
+
+@checker
+def check_my_zero_grad(my_zero_grad: object) -> CheckResult:
+    """Exercise 02.4: ``my_zero_grad(optimizer, set_to_none=True)`` must do what
+    ``Optimizer.zero_grad`` does (without the foreach path): every param group, None grads
+    left alone, ``None`` by default, else the same tensor cut from its graph and zeroed."""
+    if is_unanswered(my_zero_grad):
+        return wrong(NOT_ANSWERED)
+    as_function(my_zero_grad, "my_zero_grad(optimizer)")
+    try:
+        inspect.signature(my_zero_grad).bind(None, set_to_none=False)
+    except (TypeError, ValueError):
+        return wrong(
+            "give your function the parameter set_to_none with a default, "
+            "`def my_zero_grad(optimizer, set_to_none=True):`, so that "
+            "my_zero_grad(optimizer, set_to_none=False) works too."
+        )
+    try:
+        _, after = _run_zero_grad(my_zero_grad)
+    except LearnerCodeError as error:
+        return wrong(_none_grad_hint(error) or str(error))
+    if after["second"] is not None and after["plain"] is None:
+        return wrong(
+            "the parameters of the second param group kept their grads: loop over every "
+            "group in optimizer.param_groups, not param_groups[0] (the article's mistake)."
+        )
+    kept = [name for name, grad in after.items() if grad is not None]
+    if kept:
+        if all(not grad.any() for grad in after.values() if grad is not None):
+            return wrong(
+                "my_zero_grad(optimizer) filled the grads with zeros: set_to_none defaults "
+                "to True, as in torch, so the grads become None."
+            )
+        return wrong("with set_to_none=True every grad must become None.")
+    try:
+        before, after = _run_zero_grad(my_zero_grad, set_to_none=False)
+    except LearnerCodeError as error:
+        return wrong(_none_grad_hint(error) or str(error))
+    return _diagnose_zeroed(before, after)
+
+
+def _none_grad_hint(error: LearnerCodeError) -> str | None:
+    if isinstance(error.error, AttributeError) and "NoneType" in str(error.error):
+        return (
+            "your function failed on a parameter whose grad is None (it never had a "
+            f"gradient): skip those, as torch does. ({error})"
+        )
+    return None
+
+
+def _diagnose_zeroed(before: dict, after: dict) -> CheckResult:
+    if after["none"] is not None:
+        return wrong("a grad that was None must stay None: skip it, do not make zeros for it.")
+    if after["second"] is before["second"] and after["second"].any():
+        return wrong(
+            "the parameters of the second param group kept their grads: loop over every "
+            "group in optimizer.param_groups, not param_groups[0] (the article's mistake)."
+        )
+    for name in ("plain", "second", "graph", "leaf"):
+        grad = after[name]
+        if grad is None:
+            return wrong("with set_to_none=False the grads must stay tensors (of zeros), not None.")
+        if grad is not before[name]:
+            return wrong(
+                "set_to_none=False keeps the same grad tensor and zeroes it in place "
+                "(grad.zero_()); a new tensor (torch.zeros_like) costs a new allocation, "
+                "and anything holding the old one (DDP's buckets) would not see the zeros."
+            )
+        if torch.isnan(grad).any():
+            return wrong(
+                "a grad that held inf is now NaN: inf * 0 is NaN, so multiplying by 0 does not "
+                "zero it; use grad.zero_() (or fill_(0))."
+            )
+        if grad.any():
+            return wrong(f"a grad still holds nonzero values after zeroing ({name}).")
+        if grad.grad_fn is not None:
+            return wrong(
+                "a grad made with create_graph=True still has a grad_fn: cut it from its graph "
+                "with grad.detach_() before zero_(), as torch does."
+            )
+        if grad.requires_grad:
+            return wrong(
+                "a grad still requires grad: torch calls grad.requires_grad_(False) on a grad "
+                "without a grad_fn (and detach_() on one with a grad_fn) before zero_()."
+            )
+    return correct(
+        "every group, None left alone, None by default, else the same tensor cut from its "
+        "graph and zeroed in place: what Optimizer.zero_grad does."
+    )
