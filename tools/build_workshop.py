@@ -30,6 +30,7 @@ WORKSHOP_MINUTES = 180
 PRE_WORK = "00"  # learners run the setup check before the workshop
 IN_WORKSHOP = ("01", "03", "05")  # the rest is self-study after it
 OPENING, CLOSING, BREAK = 10, 10, 10
+MINUTES = r"\*\*Minutes:\*\* (\d+) teaching / (\d+) exercises(?: / (\d+) going deeper)?"
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Notebook:
     exercises: int
     objectives: list[str]
     key_points: list[str]
+    going_deeper: int = 0  # optional sections: not taught in the workshop, not in `minutes`
 
     @property
     def minutes(self) -> int:
@@ -64,7 +66,7 @@ def load_notebooks() -> list[Notebook]:
         nb = read(path)
         [index] = cells_tagged(nb, "course-overview")
         overview = nb.cells[index].source
-        minutes = re.search(r"\*\*Minutes:\*\* (\d+) teaching / (\d+) exercises", overview)
+        minutes = re.search(MINUTES, overview)
         if minutes is None:
             raise ValueError(f"{path.name}: the overview cell declares no minutes")
         objectives = overview.split("**Objectives**", 1)[1].split("**Minutes:**", 1)[0]
@@ -78,6 +80,7 @@ def load_notebooks() -> list[Notebook]:
                 exercises=int(minutes.group(2)),
                 objectives=_bullets(objectives),
                 key_points=_bullets(key_points),
+                going_deeper=int(minutes.group(3) or 0),
             )
         )
     return notebooks
@@ -184,7 +187,13 @@ def guide(notebooks: list[Notebook]) -> str:
             f"### {nb.title}",
             "",
             f"[Open the notebook](../notebooks/{nb.name}) · {nb.teaching} minutes teaching, "
-            f"{nb.exercises} minutes exercises.",
+            f"{nb.exercises} minutes exercises"
+            + (
+                f", and {nb.going_deeper} minutes of optional going-deeper sections that the "
+                "workshop skips (learners read them after it)."
+                if nb.going_deeper
+                else "."
+            ),
             "",
             "**Objectives**",
             *[f"- {item}" for item in nb.objectives],
