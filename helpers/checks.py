@@ -55,8 +55,18 @@ def wrong(message: str) -> CheckResult:
 
 
 def is_unanswered(answer: object) -> bool:
-    """True for the placeholder ``...`` that exercise cells start with."""
-    return answer is Ellipsis
+    """True for the placeholder ``...`` that exercise cells start with, and for a function
+    whose body is still only ``...``."""
+    if answer is Ellipsis:
+        return True
+    if not inspect.isfunction(answer):
+        return False
+    try:
+        lines = inspect.getsource(answer).splitlines()
+    except (OSError, TypeError):
+        return False
+    body = [line.split("#", 1)[0].strip() for line in lines[1:]]
+    return [line for line in body if line] == ["..."]
 
 
 class AnswerKindError(TypeError):
