@@ -7,6 +7,7 @@ Set the environment variable ``GM_STRICT_CHECKS=1`` to make a failing check rais
 
 from __future__ import annotations
 
+import ast
 import decimal
 import functools
 import html
@@ -15,6 +16,7 @@ import math
 import numbers
 import os
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,11 +64,21 @@ def is_unanswered(answer: object) -> bool:
     if not inspect.isfunction(answer):
         return False
     try:
-        lines = inspect.getsource(answer).splitlines()
-    except (OSError, TypeError):
+        [definition] = ast.parse(textwrap.dedent(inspect.getsource(answer))).body
+    except (OSError, TypeError, SyntaxError, ValueError):
         return False
-    body = [line.split("#", 1)[0].strip() for line in lines[1:]]
-    return [line for line in body if line] == ["..."]
+    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False  # a lambda, whose source is the line around it
+    body = definition.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str) and len(body) > 1:  # a docstring
+            body = body[1:]
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and body[0].value.value is Ellipsis
+    )
 
 
 class AnswerKindError(TypeError):
