@@ -92,9 +92,17 @@ def audited_run(
     if scaler is not None:
         extras["scaler"] = scaler
     start = [p.detach().clone() for p in model.parameters()]
+    auditor, result = run_under_auditor(
+        loop, model, optimizer, batches, extras, accumulation_steps, allow
+    )
+    return AuditedRun(model, optimizer, auditor, result, start)
+
+
+def run_under_auditor(loop, model, optimizer, batches, extras, accumulation_steps, allow):
+    """The core of :func:`audited_run`: the loop runs, unchanged, inside a LoopAuditor."""
     with LoopAuditor(model, optimizer, accumulation_steps, allow=allow, **extras) as auditor:
         result = loop(model, optimizer, batches, **extras)
-    return AuditedRun(model, optimizer, auditor, result, start)
+    return auditor, result
 
 
 def graph_size(tensor: torch.Tensor) -> int:

@@ -15,7 +15,14 @@ from helpers.exercises.pitfalls import (
     check_bug_codes,
     show_loop,
 )
-from helpers.pitfalls import SavedTensorMeter, audited_run, graph_size, make_teacher_batches
+from helpers.models import make_mlp
+from helpers.pitfalls import (
+    SavedTensorMeter,
+    audited_run,
+    graph_size,
+    make_teacher_batches,
+    run_under_auditor,
+)
 
 
 def plain(model, optimizer, batches):
@@ -168,3 +175,28 @@ def test_hints_do_not_give_the_code_away():
     for hints in MISSING.values():
         for code, hint in hints.items():
             assert code not in hint
+
+
+def test_audited_run_runs_the_loop_through_its_core(monkeypatch):
+    import helpers.pitfalls
+
+    calls = []
+    core = helpers.pitfalls.run_under_auditor
+
+    def spy(*args):
+        calls.append(args)
+        return core(*args)
+
+    monkeypatch.setattr(helpers.pitfalls, "run_under_auditor", spy)
+    run = audited_run(plain, make_teacher_batches(), accumulation_steps=1)
+    assert len(calls) == 1 and calls[0][0] is plain and calls[0][5] == 1
+    assert run.result == "done" and run.auditor.steps == 12
+
+
+def test_run_under_auditor_returns_the_auditor_and_the_result():
+    model = make_mlp((8, 16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    auditor, result = run_under_auditor(
+        plain, model, optimizer, make_teacher_batches(), {}, None, ()
+    )
+    assert result == "done" and auditor.codes == [] and auditor.steps == 12
