@@ -104,7 +104,13 @@ def accumulate_gradients(
     total = sum(counts)
     if total == 0:
         raise ValueError("the window has no targets to learn from (every token is ignore_index)")
-    device = params[0].device
+    return backward_window(model, loss_fn, window, counts, reduction, params[0].device)
+
+
+def backward_window(model, loss_fn, window, counts, reduction, device) -> float:
+    """The core of :func:`accumulate_gradients`: one ``backward()`` per micro-batch, its loss
+    scaled by the micro-batch's share of the window's ``counts`` (samples or tokens)."""
+    total = sum(counts)
     window_loss = 0.0
     for (inputs, targets), count in zip(window, counts, strict=True):
         if count == 0:
@@ -112,9 +118,9 @@ def accumulate_gradients(
         loss = loss_fn(model(inputs.to(device)), targets.to(device))
         if loss.dim() != 0:
             raise ValueError("loss_fn must return a scalar (reduction 'mean' or 'sum')")
-        scale = (count if reduction == "mean" else 1) / total
-        (loss * scale).backward()
-        window_loss += loss.item() * scale
+        share = count / total if reduction == "mean" else 1 / total  # a sum is count x mean
+        (loss * share).backward()
+        window_loss += loss.item() * share  # the window's loss: what to log
     return window_loss
 
 

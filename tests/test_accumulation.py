@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from helpers import accumulation
 from helpers.accumulation import (
     accumulate_gradients,
     count_items,
@@ -101,6 +102,28 @@ def test_returns_the_window_loss_as_a_float():
     window = [(inputs[:2], targets[:2]), (inputs[2:], targets[2:])]
     loss = accumulate_gradients(model, nn.MSELoss(), window)
     assert isinstance(loss, float) and loss == pytest.approx(full, rel=1e-6)
+
+
+def test_accumulate_gradients_runs_the_core_notebook_03_shows(monkeypatch):
+    """Notebook 03 prints backward_window's source: accumulate_gradients must really run it,
+    with each micro-batch's count (samples: 2 and 3; non-padding tokens: 2 and 0)."""
+    calls = []
+    real = accumulation.backward_window
+
+    def spy(model, loss_fn, window, counts, reduction, device):
+        calls.append((len(window), list(counts), reduction))
+        return real(model, loss_fn, window, counts, reduction, device)
+
+    monkeypatch.setattr(accumulation, "backward_window", spy)
+    inputs, targets = torch.randn(5, 3), torch.randn(5, 2)
+    window = [(inputs[:2], targets[:2]), (inputs[2:], targets[2:])]
+    loss = accumulate_gradients(regression_model(), nn.MSELoss(reduction="sum"), window)
+    tokens = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    padded = [(tokens[:1], torch.tensor([[1, 2, -100]])), (tokens[1:], torch.full((1, 3), -100))]
+    accumulate_gradients(TokenModel(), nn.CrossEntropyLoss(), padded, "tokens")
+    assert calls == [(2, [2, 3], "sum"), (2, [2, 0], "mean")]
+    full = nn.MSELoss(reduction="sum")(regression_model()(inputs), targets).item() / 5
+    assert loss == pytest.approx(full, rel=1e-6)
 
 
 def test_mean_of_means_is_what_the_helper_avoids():
