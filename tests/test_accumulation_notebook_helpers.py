@@ -109,24 +109,53 @@ def test_accumulation_loop_mistakes_get_their_hint(train_epoch, hint):
 
 
 def test_tail_fraction():
-    assert check_tail_fraction(0.75).passed
-    for answer, hint in [(1, "the tail's too"), (0.25, "3/4, not 1/4"), (0.5, "tail of 2")]:
+    """Exercise 03.1: 11 equal micro-batches, k = 4: the tail of 3 gets 3/4 of its gradient."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    for answer in (0.75, 3 / 4, Fraction(3, 4), np.float64(0.75), torch.tensor(0.75)):
+        assert check_tail_fraction(answer).passed, answer
+    misconceptions = check_tail_fraction.misconceptions
+    assert len(misconceptions) >= 3 and 3 / 11 in misconceptions and 0 in misconceptions
+    for answer, hint in [
+        (3 / 11, "the tail's share of the data"),
+        (0, "The tail is not dropped"),
+        (1, "the tail's too"),
+        (0.25, "one micro-batch's weight"),
+        (4 / 3, "Upside down"),
+        (0.5, "tail of 2"),
+        (0.6, "its correct mean divides by 3"),  # the fallback
+    ]:
         result = check_tail_fraction(answer)
-        assert not result.passed and hint in result.message
+        assert not result.passed and hint in result.message, (answer, result.message)
+    for answer in (..., None, "3/4", [0.75], check_tail_fraction):
+        assert not check_tail_fraction(answer).passed
 
 
 def test_exact_norms():
+    """Exercise 03.3, a prediction made before the cell that measures it."""
     assert check_exact_norms({"GroupNorm", "LayerNorm"}).passed
     assert check_exact_norms(["LayerNorm", "GroupNorm", "none"]).passed
+    assert check_exact_norms("GroupNorm and LayerNorm").passed
     for answer, hint in [
         ({"GroupNorm", "LayerNorm", "BatchNorm"}, "BatchNorm normalizes with the mean"),
         ({"LayerNorm"}, "GroupNorm computes its statistics within each sample"),
+        ({"BatchNorm"}, "LayerNorm computes its statistics within each sample"),
         ({"Dropout"}, "use the names"),
+        (3, "a set of names"),
+        (None, "a set of names"),
     ]:
         result = check_exact_norms(answer)
-        assert not result.passed and hint in result.message
-    with pytest.raises(TypeError):
-        check_exact_norms(3)
+        assert not result.passed and hint in result.message, result.message
+
+
+def test_the_exercise_checks_say_what_kind_of_answer_they_expect():
+    for answer in ("train_epoch", None, 3):
+        result = check_accumulation_loop(answer)
+        assert not result.passed and "pass your function itself" in result.message
+    result = check_accumulation_loop(lambda model, optimizer: None)
+    assert not result.passed and "give it 5 parameters" in result.message
 
 
 def test_accumulation_loop_that_zeroes_before_step_is_named():
@@ -190,8 +219,7 @@ class TestSeveralLossesCheckers:
         ]:
             result = check_gan_order(answer)
             assert not result.passed and hint in result.message
-        with pytest.raises(TypeError):
-            check_gan_order(3)
+        assert not check_gan_order(3).passed  # the wrong kind of answer: a message, no raise
 
     def test_window_gradient(self):
         from helpers.exercises.several_losses import check_window_gradient

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -11,11 +13,15 @@ from helpers.accumulation import full_batch_gradients, windows
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
+    as_function,
     as_names,
     as_number,
+    call_learner,
+    checker,
     correct,
-    diagnose_number,
     is_unanswered,
+    number_checker,
+    number_matches,
     wrong,
 )
 from helpers.data import make_padded_tokens
@@ -92,54 +98,53 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
     return None
 
 
+@checker
 def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
-    """Exercise 03.1: ``train_epoch(model, optimizer, loss_fn, micro_batches, k)``, with a
+    """Exercise 03.2: ``train_epoch(model, optimizer, loss_fn, micro_batches, k)``, with a
     sum-reduced ``loss_fn``, must step once per window of ``k`` micro-batches (the last
     one shorter) with the gradient of the window's mean loss per non-padding token."""
     if is_unanswered(train_epoch):
         return wrong(NOT_ANSWERED)
-    if not callable(train_epoch):
-        raise TypeError("pass your function itself: check_accumulation_loop(train_epoch)")
+    as_function(train_epoch, "train_epoch(model, optimizer, loss_fn, micro_batches, k)")
     for case, padded in (("unpadded", False), ("padded", True)):
         model = TokenModel(seed=1)
         micro_batches = _micro_batches(padded)
         references = _window_references(model, micro_batches)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights stay: easy to compare
         loss_fn = nn.CrossEntropyLoss(reduction="sum")
-        try:
-            with StepGradients(optimizer) as record:
-                train_epoch(model, optimizer, loss_fn, micro_batches, K)
-        except Exception as error:  # the learner's code: report, do not crash the check
-            return wrong(f"your function raised {type(error).__name__}: {error}")
+        with StepGradients(optimizer) as record:
+            call_learner(train_epoch, model, optimizer, loss_fn, micro_batches, K)
         mistake = _diagnose(record.at_steps, references, case)
         if mistake is not None:
             return wrong(f"with {case} sequences, {mistake}")
     return correct("every window, the short tail included, stepped with its exact mean gradient.")
 
 
-def check_tail_fraction(answer: object) -> CheckResult:
-    """Exercise 03.2: the article's loop with k = 4 and a tail window of 3 micro-batches
-    (equal sizes): the tail step gets 3/4 of the correct gradient."""
-    if is_unanswered(answer):
-        return wrong(NOT_ANSWERED)
-    return diagnose_number(
-        as_number(answer, "answer"),
-        0.75,
-        {
-            1.0: "The article divides every micro-batch's loss by k = 4, the tail's too, but "
-            "the tail's correct mean divides by 3.",
-            0.25: "Three micro-batches are summed, each divided by 4: 3/4, not 1/4.",
-            4 / 3: "Upside down: the tail gets less than it should (3 terms of 1/4 each, "
-            "where the mean needs 3 terms of 1/3).",
-            0.5: "0.5 is the tail of 2 in the notebook; here the tail holds 3.",
-        },
-        "The tail sums 3 micro-batch losses, each divided by 4; its correct mean divides by 3.",
-    )
+check_tail_fraction = number_checker(
+    3 / 4,
+    {
+        3 / 11: "3/11 is the tail's share of the data (3 of the 11 micro-batches). The "
+        "question compares the tail's step with the tail's own correct gradient, the mean "
+        "over its 3 micro-batches.",
+        0: "The tail is not dropped: the article's `if len(loader) % accumulation_steps != 0` "
+        "runs one more step() on it, with the gradient its 3 micro-batches accumulated.",
+        1: "The article divides every micro-batch's loss by k = 4, the tail's too, but the "
+        "tail's correct mean divides by 3.",
+        1 / 4: "1/4 is one micro-batch's weight; the tail sums three of them: 3 x 1/4.",
+        4 / 3: "Upside down: the tail gets less than it should (3 terms of 1/4 each, where "
+        "the mean needs 3 terms of 1/3).",
+        1 / 2: "0.5 is the tail of 2 in section 2; here the tail holds 3.",
+    },
+    "The tail sums 3 micro-batch losses, each divided by 4; its correct mean divides by 3.",
+    doc="""Exercise 03.1: the article's loop with k = 4 over 11 equal micro-batches: the tail
+    window of 3 gets 3/4 of its correct gradient.""",
+)
 
 
+@checker
 def check_exact_norms(answer: object) -> CheckResult:
-    """Exercise 03.3: which normalization layers keep accumulation exactly equal to one
-    big batch? GroupNorm and LayerNorm (per-sample statistics), not BatchNorm."""
+    """Exercise 03.3 (a prediction): which normalization layers keep accumulation exactly
+    equal to one big batch? GroupNorm and LayerNorm (per-sample statistics), not BatchNorm."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
     given = as_names(answer, "{'LayerNorm'}") - {"none"}
@@ -162,3 +167,160 @@ def check_exact_norms(answer: object) -> CheckResult:
                 f"{name} computes its statistics within each sample: it keeps accumulation exact."
             )
     return wrong(" ".join(hints))
+
+
+# Exercise 03.4: the loss to log for a window. Each case: the micro-batches' mean losses (as
+# loss_fn returned them, before any division) and their counts (samples or tokens).
+LOG_CASES = (
+    ([2.0, 1.6, 1.2, 3.0], [32, 32, 32, 8]),  # a loader's short last micro-batch
+    ([0.9, 1.3], [20, 28]),  # a short window of padded sequences: token counts
+    ([1.0, 2.0, 4.0], [16, 16, 16]),  # equal micro-batches
+)
+
+
+def _log_mistakes(losses: list[float], counts: list[int]) -> list[tuple[float, str]]:
+    """What each typical mistake logs for one window, with its hint."""
+    k, total = len(losses), sum(counts)
+    summed = sum(loss * count for loss, count in zip(losses, counts, strict=True))
+    return [
+        (losses[-1], "that is the last micro-batch's loss alone: log the whole window's."),
+        (
+            losses[-1] / k,
+            "that is the last micro-batch's divided loss, what `print(loss.item())` shows "
+            "after `loss = loss / k`: log the whole window's loss, not the last piece of it.",
+        ),
+        (
+            losses[-1] * counts[-1] / total,
+            "that is the last micro-batch's scaled loss (its loss x its share of the "
+            "window): add up every micro-batch's share.",
+        ),
+        (
+            sum(losses) / k,
+            "that is the mean of the micro-batch means, the sum of the losses divided by k: "
+            "a short micro-batch counts as much as a full one. Weight each loss by its count.",
+        ),
+        (
+            sum(losses),
+            "that is the sum of the micro-batch means, k times too large for equal "
+            "micro-batches: weight each by its count and divide by the window's count.",
+        ),
+        (summed, "that is the window's summed loss: divide it by the window's count."),
+        (
+            summed / k,
+            "you divided the summed loss by k, the number of micro-batches: divide by the "
+            "number of items in the window, sum(counts).",
+        ),
+        (
+            summed / (k * max(counts)),
+            "you divided by k x a full micro-batch, as if every micro-batch were full: "
+            "divide by what the window holds, sum(counts).",
+        ),
+    ]
+
+
+@checker
+def check_window_loss(window_loss: Callable) -> CheckResult:
+    """Exercise 03.4: ``window_loss(losses, counts)`` gets each micro-batch's mean loss (a
+    0-d tensor) and its count of samples or tokens, and must return the window's loss as
+    one batch: ``sum(loss * count) / sum(counts)``."""
+    if is_unanswered(window_loss):
+        return wrong(NOT_ANSWERED)
+    as_function(window_loss, "window_loss(losses, counts)")
+    for losses, counts in LOG_CASES:
+        given = [torch.tensor(loss) for loss in losses]
+        result = call_learner(window_loss, given, list(counts))
+        if is_unanswered(result):
+            return wrong(NOT_ANSWERED)
+        value = as_number(result, "the value your function returns")
+        expected = sum(loss * count for loss, count in zip(losses, counts, strict=True))
+        expected /= sum(counts)
+        if number_matches(value, expected):
+            continue
+        where = f"for losses {losses} over counts {counts}, you returned {value:.4g}"
+        for mistaken, hint in _log_mistakes(losses, counts):
+            if number_matches(value, mistaken):
+                return wrong(f"{where}: {hint}")
+        return wrong(
+            f"{where}, the window's loss is {expected:.4g}: sum(loss x count) over the "
+            "micro-batches, divided by sum(counts)."
+        )
+    return correct(
+        "the window's loss is its items' mean, the same number one big batch would give."
+    )
+
+
+# Exercise 03.5: (micro-batches per epoch, k, epochs) -> optimizer steps in the whole run.
+SCHEDULE_CASES = ((10, 4, 3), (8, 4, 2), (32, 4, 5), (5, 8, 2), (7, 3, 1))
+
+
+def _schedule_mistakes(n: int, k: int, epochs: int) -> list[tuple[float, str]]:
+    """What each typical mistake counts, with its hint."""
+    return [
+        (
+            n * epochs,
+            "that counts micro-batches, not optimizer steps: a schedule that long lasts "
+            f"k = {k} times longer than training, which ends after its first 1/{k}.",
+        ),
+        (
+            epochs * (n // k),
+            "n // k leaves out each epoch's short last window, which is stepped too: "
+            "OneCycleLR then raises after its last step. Round up instead.",
+        ),
+        (
+            epochs * (n // k + 1),
+            "n // k + 1 adds a short window even when k divides n and there is none: "
+            "round up, ceil(n / k).",
+        ),
+        (
+            n * epochs / k,
+            "true division counts a fraction of a step: the short window is one whole "
+            "step. Count the windows of one epoch, rounded up, then multiply.",
+        ),
+        (
+            (n * epochs) // k,
+            "windows do not run across epochs: each epoch ends with its own short window. "
+            "Count the windows of one epoch, rounded up, then multiply by epochs.",
+        ),
+        (
+            math.ceil(n * epochs / k),
+            "windows do not run across epochs: each epoch ends with its own short window. "
+            "Count the windows of one epoch, rounded up, then multiply by epochs.",
+        ),
+        (math.ceil(n / k), "that is one epoch's optimizer steps: multiply by epochs."),
+    ]
+
+
+def _is_whole_number(result: object) -> bool:
+    if isinstance(result, torch.Tensor):
+        return not (result.is_floating_point() or result.is_complex())
+    return isinstance(result, numbers.Integral) and not isinstance(result, bool)
+
+
+@checker
+def check_scheduler_steps(scheduler_steps: Callable) -> CheckResult:
+    """Exercise 03.5: ``scheduler_steps(micro_batches_per_epoch, k, epochs)`` must count the
+    optimizer steps of the whole run: ``epochs * ceil(micro_batches_per_epoch / k)``."""
+    if is_unanswered(scheduler_steps):
+        return wrong(NOT_ANSWERED)
+    as_function(scheduler_steps, "scheduler_steps(micro_batches_per_epoch, k, epochs)")
+    as_float = False
+    for n, k, epochs in SCHEDULE_CASES:
+        result = call_learner(scheduler_steps, n, k, epochs)
+        if is_unanswered(result):
+            return wrong(NOT_ANSWERED)
+        value = as_number(result, "the value your function returns")
+        expected = epochs * math.ceil(n / k)
+        if number_matches(value, expected):
+            as_float = as_float or not _is_whole_number(result)
+            continue
+        where = f"with {n} micro-batches per epoch, k = {k} and {epochs} epochs you counted"
+        where += f" {value:g}"
+        for mistaken, hint in _schedule_mistakes(n, k, epochs):
+            if number_matches(value, mistaken):
+                return wrong(f"{where}: {hint}")
+        return wrong(
+            f"{where}, the run makes {expected} optimizer steps: each epoch has ceil(n / k) "
+            "windows, the short last one included, and each window is one step."
+        )
+    note = " Return it as an int: OneCycleLR(total_steps=...) refuses a float." if as_float else ""
+    return correct("one step per window, the short last window of every epoch counted." + note)
