@@ -1,20 +1,11 @@
-"""Helpers of notebook 05: the audited runner, graph and saved-activation measures, and the
-find-the-bug checkers."""
+"""Helpers of notebook 05: the audited runner and its core, graph and saved-activation
+measures. The exercises' checkers are tested in tests/test_pitfall_exercises.py."""
 
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from helpers.audit import CODES
-from helpers.exercises.pitfalls import (
-    LOOPS,
-    MISSING,
-    NOT_THERE,
-    audit_loop,
-    check_bug_codes,
-    show_loop,
-)
 from helpers.models import make_mlp
 from helpers.pitfalls import (
     SavedTensorMeter,
@@ -110,71 +101,6 @@ def test_meter_does_not_change_gradients():
     with SavedTensorMeter():
         model(inputs).pow(2).sum().backward()
     assert all(torch.equal(p.grad, r) for p, r in zip(model.parameters(), reference, strict=True))
-
-
-EXPECTED = {
-    "A": {"graph-kept-alive"},
-    "B": {"clip-per-micro-batch", "scheduler-per-micro-batch", "leftover-gradients"},
-    "C": {"params-not-in-optimizer"},
-    "D": set(),
-    "E": {"unscale-after-clip"},
-}
-
-
-@pytest.mark.parametrize("name", sorted(LOOPS))
-def test_find_the_bug_loops_report_what_the_solutions_say(name, strict_checks):
-    assert set(audit_loop(name).codes) == EXPECTED[name]
-    assert check_bug_codes(name, EXPECTED[name]).passed
-
-
-@pytest.mark.parametrize(
-    ("name", "answer", "hint"),
-    [
-        ("A", set(), "is running_loss a number"),
-        ("A", {"graph-kept-alive", "missing-zero-grad"}, "at the top of every iteration"),
-        ("B", {"clip-per-micro-batch", "scheduler-per-micro-batch"}, "the last 2"),
-        ("B", {"clip-per-micro-batch", "leftover-gradients"}, "between two optimizer steps"),
-        ("C", {"zero-grad-before-step"}, "Which parameters does it hold"),
-        ("C", {"params-not-in-optimizer", "zero-grad-before-step"}, "not between"),
-        ("D", {"leftover-gradients"}, "what it was divided by"),
-        ("E", set(), "when does unscale_ divide"),
-        ("E", {"unscale-after-clip", "clip-per-micro-batch"}, "clipping each one is right"),
-        ("E", {"unscale-after-clip", "graph-kept-alive"}, "nothing in loop E matches it"),
-        ("A", {"graph-kept-alive", "zero-grad"}, "'zero-grad' is not a finding code"),
-    ],
-)
-def test_wrong_answers_get_a_specific_hint(name, answer, hint):
-    result = check_bug_codes(name, answer)
-    assert not result.passed and hint in result.message, result.message
-
-
-def test_check_bug_codes_accepts_strings_and_explains_loop_d():
-    assert check_bug_codes("a", "graph-kept-alive").passed
-    assert check_bug_codes("D", "none").passed
-    result = check_bug_codes("D", set())
-    assert result.passed and "half the gradient" in result.message
-    assert not check_bug_codes("A", ...).passed
-    with pytest.raises(ValueError, match="one of A, B, C, D, E"):
-        check_bug_codes("F", set())
-    with pytest.raises(TypeError, match="set of names"):
-        check_bug_codes("A", 3)
-
-
-def test_show_loop_prints_the_source(capsys):
-    show_loop("C")
-    assert "model[-1] = nn.Linear(16, 1)" in capsys.readouterr().out
-
-
-def test_hints_name_real_codes():
-    for name, hints in MISSING.items():
-        assert set(hints) == EXPECTED[name], "every code a loop has gets a hint"
-    assert {code for reasons in NOT_THERE.values() for code in reasons} <= set(CODES)
-
-
-def test_hints_do_not_give_the_code_away():
-    for hints in MISSING.values():
-        for code, hint in hints.items():
-            assert code not in hint
 
 
 def test_audited_run_runs_the_loop_through_its_core(monkeypatch):

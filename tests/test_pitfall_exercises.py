@@ -1,0 +1,681 @@
+"""Notebook 05's exercises: each repair checker accepts every correct repair however it is
+written and rejects plausible wrong ones with a hint that names the mistake; the prediction
+names its misconceptions. The loops here are what learners write."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import math
+import textwrap
+from decimal import Decimal
+from fractions import Fraction
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+from course import NOTEBOOKS, cells_tagged
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.accumulation import windows
+from helpers.exercises.pitfalls import (
+    CALLS,
+    LOOPS,
+    REPAIRED,
+    check_clipped_norm,
+    check_repair,
+    check_repair_a,
+    check_repair_b,
+    check_repair_c,
+    check_repair_d,
+    check_repair_e,
+    record_steps,
+    trace,
+)
+from helpers.models import make_mlp
+
+CHECKS = {
+    "A": check_repair_a,
+    "B": check_repair_b,
+    "C": check_repair_c,
+    "D": check_repair_d,
+    "E": check_repair_e,
+}
+
+# ------------------------------------------------------------------ loop A: correct
+
+
+def a_detach(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach()
+    return running_loss / len(batches)
+
+
+def a_float_and_zero_after_step(model, optimizer, batches):
+    losses = []
+    for inputs, targets in batches:
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        model.zero_grad(set_to_none=False)
+        losses.append(float(loss))
+    return sum(losses) / len(losses)
+
+
+def a_no_grad_sum(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            running_loss = running_loss + loss
+    return running_loss.item() / len(batches)
+
+
+# ------------------------------------------------------------------ loop A: wrong
+
+
+def a_plus_equals_spelled_out(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss = running_loss + loss
+    return running_loss.item() / len(batches)
+
+
+def a_list_of_losses(model, optimizer, batches):
+    losses = []
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss)
+    return torch.stack(losses).mean().item()
+
+
+def a_returns_the_sum(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    return running_loss
+
+
+def a_dropped_zero_grad(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    return running_loss / len(batches)
+
+
+def a_item_before_backward(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets).item()
+        loss.backward()
+        optimizer.step()
+        running_loss += loss
+    return running_loss / len(batches)
+
+
+# ------------------------------------------------------------------ loop B: correct
+
+
+def b_by_index(model, optimizer, batches, scheduler, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        window_start = i - i % k
+        size = min(k, len(batches) - window_start)
+        (F.mse_loss(model(inputs), targets) / size).backward()
+        if (i + 1) % k == 0 or i + 1 == len(batches):
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+
+
+def b_slices_zeros(model, optimizer, batches, sched):
+    for start in range(0, len(batches), 4):
+        window = batches[start : start + 4]
+        model.zero_grad(set_to_none=False)
+        for inputs, targets in window:
+            loss = F.mse_loss(model(inputs), targets)
+            (loss / len(window)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+        sched.step()
+
+
+# ------------------------------------------------------------------ loop B: wrong
+
+
+def b_only_scheduler_moved(model, optimizer, batches, scheduler, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        (F.mse_loss(model(inputs), targets) / k).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        if (i + 1) % k == 0:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+    if len(batches) % k:
+        optimizer.step()
+        scheduler.step()
+
+
+def b_tail_dropped(model, optimizer, batches, scheduler, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        (F.mse_loss(model(inputs), targets) / k).backward()
+        if (i + 1) % k == 0:
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+
+
+def b_tail_divided_by_k(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / k).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        optimizer.step()
+        scheduler.step()
+
+
+def b_scheduler_first(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        scheduler.step()
+        optimizer.step()
+
+
+def b_one_backward_per_window(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        losses = [F.mse_loss(model(inputs), targets) for inputs, targets in window]
+        (sum(losses) / len(window)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        optimizer.step()
+        scheduler.step()
+
+
+# ------------------------------------------------------------------ loop C: correct
+
+
+def c_reset_in_place(model, optimizer, batches):
+    model[-1].reset_parameters()  # a fresh head, the same parameters
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_add_group_with_settings(model, optimizer, batches):
+    head = nn.Linear(16, 1)
+    model[-1] = head
+    optimizer.add_param_group({"params": [head.weight, head.bias], "lr": 0.01})
+    for inputs, targets in batches:
+        loss = F.mse_loss(model(inputs), targets)
+        model.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def c_copy_into_old_head(model, optimizer, batches):
+    fresh = nn.Linear(16, 1)
+    with torch.no_grad():
+        model[-1].weight.copy_(fresh.weight)
+        model[-1].bias.copy_(fresh.bias)
+    for inputs, targets in batches:
+        optimizer.zero_grad(set_to_none=True)
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+# ------------------------------------------------------------------ loop C: wrong
+
+
+def c_rebuilt_optimizer(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_only_the_weight(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)
+    optimizer.add_param_group({"params": [model[-1].weight]})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_head_lr(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)
+    optimizer.add_param_group({"params": model[-1].parameters(), "lr": 0.1})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_frozen_head(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)
+    model[-1].requires_grad_(False)
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_group_before_the_new_head(model, optimizer, batches):
+    optimizer.add_param_group({"params": model[-1].parameters()})
+    model[-1] = nn.Linear(16, 1)
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+# ------------------------------------------------------------------ loop D: correct
+
+
+def d_by_index(model, optimizer, batches, k=4):
+    optimizer.zero_grad()
+    tail = len(batches) % k
+    for i, (inputs, targets) in enumerate(batches):
+        in_tail = tail and i >= len(batches) - tail
+        loss = F.mse_loss(model(inputs), targets) / (tail if in_tail else k)
+        loss.backward()
+        if (i + 1) % k == 0 or i + 1 == len(batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def d_slices(model, optimizer, batches, k=4):
+    for start in range(0, len(batches), k):
+        window = batches[start : start + k]
+        for inputs, targets in window:
+            loss = F.mse_loss(model(inputs), targets)
+            loss.div(len(window)).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+
+
+# ------------------------------------------------------------------ loop D: wrong
+
+
+def d_not_divided(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def d_tail_not_divided(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            loss = F.mse_loss(model(inputs), targets)
+            (loss / k if len(window) == k else loss).backward()
+        optimizer.step()
+
+
+def d_all_by_the_tail(model, optimizer, batches, k=4):
+    tail = len(batches) % k
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / tail).backward()
+        optimizer.step()
+
+
+def d_tail_dropped(model, optimizer, batches, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        (F.mse_loss(model(inputs), targets) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+# ------------------------------------------------------------------ loop E: correct
+
+
+def e_zero_after_step(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            output = model(inputs)
+        loss = F.mse_loss(output.float(), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=False)
+
+
+def e_model_zero_grad(model, optimizer, batches, grad_scaler):
+    for inputs, targets in batches:
+        model.zero_grad()
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        grad_scaler.scale(loss).backward()
+        grad_scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1)
+        grad_scaler.step(optimizer)
+        grad_scaler.update()
+
+
+# ------------------------------------------------------------------ loop E: wrong
+
+
+def e_no_unscale(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        scaler.scale(loss).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def e_clip_after_step(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        scaler.update()
+
+
+def e_unscaled_backward(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        loss.backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def e_unscale_twice(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+CORRECT = {
+    "A": [a_detach, a_float_and_zero_after_step, a_no_grad_sum],
+    "B": [b_by_index, b_slices_zeros],
+    "C": [c_reset_in_place, c_add_group_with_settings, c_copy_into_old_head],
+    "D": [d_by_index, d_slices],
+    "E": [e_zero_after_step, e_model_zero_grad],
+}
+
+WRONG = [
+    ("A", a_plus_equals_spelled_out, "graph-kept-alive: a loss tensor outlives"),
+    ("A", a_list_of_losses, "or a list of losses"),
+    ("A", a_returns_the_sum, "the sum of the losses"),
+    ("A", a_dropped_zero_grad, "missing-zero-grad"),
+    ("A", a_item_before_backward, "raised AttributeError"),
+    ("B", b_only_scheduler_moved, "clip-per-micro-batch: clip_grad_norm_ still runs"),
+    ("B", b_tail_dropped, "the last 2 of the 10 micro-batches"),
+    ("B", b_tail_divided_by_k, "divided by its real length, 2, not by k=4"),
+    ("B", b_scheduler_first, "stepped before the optimizer"),
+    ("B", b_one_backward_per_window, "one backward() per micro-batch"),
+    ("C", c_rebuilt_optimizer, "trained another optimizer, built inside it"),
+    ("C", c_only_the_weight, "2.bias"),
+    ("C", c_head_lr, "add_param_group fills them in"),
+    ("C", c_frozen_head, "2.weight, 2.bias had no gradient"),
+    ("C", c_group_before_the_new_head, "more than one parameter group"),
+    ("D", LOOPS["D"], "divided by k=4, not by its real length 2"),
+    ("D", d_not_divided, "not divided at all"),
+    ("D", d_tail_not_divided, "not divided at all"),
+    ("D", d_all_by_the_tail, "divided by 2 instead of 4"),
+    ("D", d_tail_dropped, "leftover-gradients"),
+    ("E", e_no_unscale, "unscale-after-clip"),
+    ("E", e_clip_after_step, "never clipped"),
+    ("E", e_unscaled_backward, "raised AssertionError: Attempted unscale_"),
+    ("E", e_unscale_twice, "ran twice before one update()"),
+]
+
+
+@pytest.mark.parametrize("name", sorted(REPAIRED))
+def test_the_reference_repair_passes(name, strict_checks):
+    assert CHECKS[name](REPAIRED[name]).passed
+
+
+@pytest.mark.parametrize(
+    ("name", "loop"),
+    [(name, loop) for name, loops in CORRECT.items() for loop in loops],
+    ids=lambda value: getattr(value, "__name__", value),
+)
+def test_correct_repairs_written_differently_pass(name, loop, strict_checks):
+    result = CHECKS[name](loop)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("name", "loop", "hint"), WRONG, ids=[loop.__name__ for _, loop, _ in WRONG]
+)
+def test_wrong_repairs_get_a_hint_that_names_the_mistake(name, loop, hint):
+    result = CHECKS[name](loop)
+    assert not result.passed and hint in result.message, result.message
+    assert "Traceback" not in result.message
+
+
+def test_every_exercise_has_three_wrong_repairs_and_two_correct_ones():
+    for name in LOOPS:
+        assert len([w for w in WRONG if w[0] == name]) >= 3
+        assert len(CORRECT[name]) >= 2
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_the_untouched_buggy_loop_is_rejected(name):
+    result = CHECKS[name](LOOPS[name])
+    assert not result.passed
+    assert result.message.startswith(f"This is still loop {name} as given.")
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_copy_of_the_buggy_loop_is_recognized(name):
+    source = textwrap.dedent(inspect.getsource(LOOPS[name]))
+    source = "# loop to repair\n" + source.replace("):\n", "):  # repair it here\n", 1)
+    filename = f"<notebook cell {name}>"  # IPython keeps cells' sources in linecache
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"F": F, "nn": nn, "torch": torch}
+    exec(compile(source, filename, "exec"), namespace)
+    copy = namespace[LOOPS[name].__name__]
+    assert CHECKS[name](copy).message.startswith(f"This is still loop {name} as given.")
+    assert not CHECKS[name](REPAIRED[name]).message.startswith("This is still")
+
+
+def loop_with_no_parameters():
+    pass
+
+
+def loop_with_two(model, optimizer):
+    pass
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (..., "Not answered yet"),
+        (None, "pass your function itself"),
+        ("loop_a", "not a string"),
+        (3, "pass your function itself"),
+        (loop_with_no_parameters, "give it"),
+        (loop_with_two, "give it"),
+    ],
+    ids=["unanswered", "None", "string", "number", "no-parameters", "two-parameters"],
+)
+def test_a_wrong_kind_of_answer_says_what_is_expected(name, answer, expected):
+    result = CHECKS[name](answer)
+    assert not result.passed and expected in result.message, result.message
+
+
+def test_the_expected_call_is_named_in_the_message():
+    for name, call in CALLS.items():
+        assert call in CHECKS[name](loop_with_two).message
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_a_loop_that_raises_gets_its_exception_not_a_traceback(name):
+    def raising(*args):
+        raise KeyError("oops")
+
+    result = CHECKS[name](raising)
+    assert not result.passed and "your function raised KeyError" in result.message
+
+
+def test_an_empty_loop_trained_nothing():
+    result = check_repair_a(lambda model, optimizer, batches: None)
+    assert not result.passed and "No optimizer.step() ran" in result.message
+
+
+def test_strict_mode_raises_with_the_hint(strict_checks):
+    with pytest.raises(AssertionError, match="graph-kept-alive"):
+        check_repair_a(LOOPS["A"])
+
+
+def test_check_repair_refuses_an_unknown_loop():
+    with pytest.raises(ValueError, match="one of A, B, C, D, E"):
+        check_repair("F", REPAIRED["A"])
+    assert check_repair("a", REPAIRED["A"]).passed
+
+
+def test_the_checker_runs_the_same_data_and_start_for_every_loop():
+    one, two = trace("D", REPAIRED["D"]), trace("D", d_slices)
+    assert [len(s) for s in (one.steps, two.steps)] == [3, 3]
+    for name, (_, weight, settings) in one.steps[0].items():
+        assert torch.equal(weight, two.steps[0][name][1]) and settings["lr"] == 0.01
+
+
+def test_record_steps_keeps_what_each_step_used():
+    model = make_mlp((2, 3, 1))
+    optimizer = torch.optim.SGD(model[0].parameters(), lr=0.5)
+    steps = record_steps(model, optimizer)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    assert len(steps) == 1
+    grad, weight, settings = steps[0]["0.weight"]
+    assert settings["lr"] == 0.5 and steps[0]["2.weight"][2] is None
+    assert torch.equal(weight - 0.5 * grad, model[0].weight.detach())
+
+
+def test_the_buggy_loops_keep_their_findings():
+    expected = {
+        "A": ["graph-kept-alive"],
+        "B": ["clip-per-micro-batch", "scheduler-per-micro-batch", "leftover-gradients"],
+        "C": ["params-not-in-optimizer"],
+        "D": [],
+        "E": ["unscale-after-clip"],
+    }
+    for name, loop in LOOPS.items():
+        assert sorted(trace(name, loop).run.codes) == sorted(expected[name]), name
+
+
+# ------------------------------------------------------------------ the prediction
+
+
+def clipped_norm(max_norm: float, k: int = 4) -> float:
+    """What the notebook's section 8 runs: clip after every one of k backward calls."""
+    from helpers.pitfalls import make_teacher_batches
+
+    model = make_mlp((8, 16, 1))
+    for inputs, targets in make_teacher_batches()[:k]:
+        (F.mse_loss(model(inputs), targets) / k).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+
+
+def test_the_predicted_norm_is_what_clipping_every_micro_batch_gives(strict_checks):
+    assert math.isclose(clipped_norm(0.5), check_clipped_norm.expected(), rel_tol=1e-5)
+    assert check_clipped_norm(0.5).passed
+
+
+@pytest.mark.parametrize("value", sorted(check_clipped_norm.misconceptions))
+def test_each_misconception_gets_its_hint(value):
+    result = check_clipped_norm(value)
+    assert not result.passed and check_clipped_norm.misconceptions[value] in result.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [Fraction(1, 2), Decimal("0.5"), np.float32(0.5), np.array([0.5]), torch.tensor(0.5)],
+    ids=["Fraction", "Decimal", "numpy", "array", "tensor"],
+)
+def test_the_prediction_accepts_any_real_number(answer):
+    assert check_clipped_norm(answer).passed
+
+
+@pytest.mark.parametrize("answer", [None, "0.5", [0.5, 0.5], ...])
+def test_the_prediction_refuses_other_kinds(answer):
+    result = check_clipped_norm(answer)
+    assert not result.passed and result.message
+
+
+# ------------------------------------------------------------------ the notebook
+
+
+def exercise_cells():
+    nb = nbformat.read(NOTEBOOKS / "05_pitfalls.ipynb", as_version=4)
+    return [nb.cells[i].source for i in cells_tagged(nb, "exercise")]
+
+
+def test_the_notebook_shows_each_buggy_loop_as_it_is_checked():
+    functions = {
+        node.name: ast.dump(node)
+        for source in exercise_cells()
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    for loop in LOOPS.values():
+        helper = ast.parse(textwrap.dedent(inspect.getsource(loop))).body[0]
+        assert functions[loop.__name__] == ast.dump(helper), loop.__name__
