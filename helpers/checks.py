@@ -96,7 +96,7 @@ class LearnerCodeError(Exception):
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         super().__init__(
             f"your function raised {type(error).__name__}"
-            + (f": {text[:300]}" if text else "")
+            + (f": {text[:300].rstrip('.')}" if text else "")
             + (f". {meaning}" if meaning else "")
         )
 
@@ -198,6 +198,11 @@ MEANINGS = {
     "it as `for inputs, targets in micro_batches`.",
     "object is not callable": "something that is not a function was called: check for a "
     "name reused for a value (loss = loss(...)) or a missing operator.",
+    "Attempted unscale_ but _scale is None": "scaler.unscale_ (or scaler.step) ran with no "
+    "scaler.scale(loss) before it: call backward() on scaler.scale(loss), not on the loss.",
+    "some parameters appear in more than one parameter group": "add_param_group() got "
+    "parameters the optimizer already holds: add only the new layer's, after it is in the "
+    "model.",
     "division by zero": "something was divided by zero: a window or a token count of 0?",
     "is not defined": "a name used in your function is not defined: define it in the "
     "function, or pass it in as a parameter.",

@@ -156,6 +156,19 @@ def _step_before_backward():
     loss.backward()
 
 
+def _unscale_without_scale():
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 2)).sum().backward()
+    torch.amp.GradScaler("cpu").unscale_(optimizer)
+
+
+def _param_group_twice():
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer.add_param_group({"params": model.parameters()})
+
+
 def _non_scalar():
     (torch.ones(2, requires_grad=True) * 2).backward()
 
@@ -194,6 +207,8 @@ MEANING_CASES = {
     "unscale_() has already been called": _unscale_twice,
     "modified by an inplace operation": _step_before_backward,
     "grad can be implicitly created only for scalar outputs": _non_scalar,
+    "Attempted unscale_ but _scale is None": _unscale_without_scale,
+    "some parameters appear in more than one parameter group": _param_group_twice,
     "cannot be multiplied": _shapes,
     "not enough values to unpack": _unpack_too_few,
     "too many values to unpack": _unpack_too_many,
@@ -213,3 +228,4 @@ def test_each_real_error_gets_its_meaning(fragment):
         call_learner(MEANING_CASES[fragment])
     assert fragment in str(raised.value.error)
     assert str(raised.value).endswith(MEANINGS[fragment])
+    assert ".. " not in str(raised.value).replace("...", "")
