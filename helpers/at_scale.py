@@ -80,38 +80,71 @@ def train_accumulating(
     }
     if mistake is not None and not needs[mistake]:
         raise ValueError(f"mistake {mistake!r} needs the tool it misuses (max_norm, scaler, ...)")
-    device = params[0].device
     log = WindowLog()
+    clip = None if max_norm is None else lambda: nn.utils.clip_grad_norm_(params, max_norm)
+    after_backward = {
+        "clip per micro-batch": clip,
+        "scheduler per micro-batch": scheduler and scheduler.step,
+        "update per micro-batch": scaler and scaler.update,
+    }.get(mistake)
+    clip_mistake = mistake in ("clip per micro-batch", "clip before unscale")
     for window in windows(batches, accumulation_steps):
-        optimizer.zero_grad()
-        samples = sum(len(targets) for _, targets in window)
-        total = 0.0
-        for inputs, targets in window:
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                loss = loss_fn(model(inputs.to(device)), targets.to(device))
-            share = len(targets) / samples
-            (scaler.scale(loss * share) if scaler else loss * share).backward()
-            total += loss.item() * share
-            if mistake == "clip per micro-batch":
-                nn.utils.clip_grad_norm_(params, max_norm)
-            if mistake == "scheduler per micro-batch":
-                scheduler.step()
-            if mistake == "update per micro-batch":
-                scaler.update()
-        if max_norm is not None and mistake == "clip before unscale":
-            nn.utils.clip_grad_norm_(params, max_norm)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if max_norm is not None and mistake not in ("clip per micro-batch", "clip before unscale"):
-            nn.utils.clip_grad_norm_(params, max_norm)
-        log.losses.append(total)
-        log.lrs.append(optimizer.param_groups[0]["lr"])
-        log.grad_norms.append(_grad_norm(params))
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        if scheduler is not None and mistake != "scheduler per micro-batch":
-            scheduler.step()
+        loss, lr, grad_norm = train_window(
+            model, optimizer, window, loss_fn, amp_dtype=amp_dtype, scaler=scaler,
+            max_norm=None if clip_mistake else max_norm,
+            scheduler=None if mistake == "scheduler per micro-batch" else scheduler,
+            after_backward=after_backward,
+            before_unscale=clip if mistake == "clip before unscale" else None,
+        )  # fmt: skip
+        log.losses.append(loss)
+        log.lrs.append(lr)
+        log.grad_norms.append(grad_norm)
     return log
+
+
+def train_window(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    window: Sequence[Batch],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    *,
+    amp_dtype: torch.dtype | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    max_norm: float | None = None,
+    scheduler=None,
+    after_backward: Callable[[], object] | None = None,
+    before_unscale: Callable[[], object] | None = None,
+) -> tuple[float, float, float]:
+    """One optimizer step on ``window`` (micro-batches ``(inputs, targets)``), the core of
+    :func:`train_accumulating`: each loss weighted by its share of the window's samples and
+    scaled, one ``unscale_``, one clip, one ``step`` and ``update``, one scheduler step.
+    ``after_backward`` and ``before_unscale`` (used by ``mistake=``) run at those points.
+    Returns the window's loss, the learning rate of its step and its gradient's norm."""
+    params = trainable_parameters(model)
+    device = params[0].device
+    samples = sum(len(targets) for _, targets in window)
+    optimizer.zero_grad()
+    total = 0.0
+    for inputs, targets in window:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = loss_fn(model(inputs.to(device)), targets.to(device))
+        loss = loss * (len(targets) / samples)
+        (scaler.scale(loss) if scaler else loss).backward()
+        total += loss.item()
+        if after_backward is not None:
+            after_backward()
+    if before_unscale is not None:
+        before_unscale()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if max_norm is not None:
+        nn.utils.clip_grad_norm_(params, max_norm)
+    lr, grad_norm = optimizer.param_groups[0]["lr"], _grad_norm(params)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return total, lr, grad_norm
