@@ -203,6 +203,11 @@ MEANINGS = {
     "some parameters appear in more than one parameter group": "add_param_group() got "
     "parameters the optimizer already holds: add only the new layer's, after it is in the "
     "model.",
+    "Tried to step": "a scheduler was stepped more times than its total_steps: count its "
+    "length in optimizer steps, ceil(n / k) per epoch for n micro-batches, the short last "
+    "window included.",
+    "Expected positive integer total_steps": "total_steps must be an int: use math.ceil(...) "
+    "or //, not /.",
     "division by zero": "something was divided by zero: a window or a token count of 0?",
     "is not defined": "a name used in your function is not defined: define it in the "
     "function, or pass it in as a parameter.",

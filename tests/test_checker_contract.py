@@ -169,6 +169,14 @@ def _param_group_twice():
     optimizer.add_param_group({"params": model.parameters()})
 
 
+def _one_cycle(total_steps, steps):
+    optimizer = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=total_steps)
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+
+
 def _non_scalar():
     (torch.ones(2, requires_grad=True) * 2).backward()
 
@@ -208,6 +216,8 @@ MEANING_CASES = {
     "modified by an inplace operation": _step_before_backward,
     "grad can be implicitly created only for scalar outputs": _non_scalar,
     "Attempted unscale_ but _scale is None": _unscale_without_scale,
+    "Tried to step": lambda: _one_cycle(6, 7),
+    "Expected positive integer total_steps": lambda: _one_cycle(7.5, 1),
     "some parameters appear in more than one parameter group": _param_group_twice,
     "cannot be multiplied": _shapes,
     "not enough values to unpack": _unpack_too_few,
