@@ -245,24 +245,51 @@ def test_launch_command_and_port():
 
 
 # ------------------------------------------------------------------ checkers
-@pytest.mark.parametrize(
-    ("check", "right", "wrong", "hint"),
-    [
-        (check_effective_batch, 512, 128, "also accumulates k = 4"),
-        (check_effective_batch, 512, 64, "all 8 processes"),
-        (check_allreduces, 3, 24, "no_sync() skips"),
-        (check_allreduces, 3, 1, "bucket by bucket"),
-        (check_trainer_window_loss, 2.5, 3.0, "before the fix"),
-        (check_trainer_window_loss, 2.5, 100, "divide it by num_items_in_batch"),
-        (check_trainer_window_loss, 2.5, 1.5, "only the first micro-batch's share"),
-        (check_trainer_window_loss, 2.5, 3.5, "swaps the weights"),
-    ],
-)
-def test_checkers_accept_the_answer_and_explain_wrong_ones(check, right, wrong, hint):
-    assert check(right).passed
-    result = check(wrong)
-    assert not result.passed and hint in result.message, result.message
-    assert not check(...).passed
+NUMERIC = [
+    (check_effective_batch, 512),
+    (check_allreduces, 3),
+    (check_trainer_window_loss, 2.5),
+]
+
+
+@pytest.mark.parametrize(("check", "right"), NUMERIC)
+def test_numeric_checkers_name_each_misconception(check, right):
+    assert check.expected() == right and len(check.misconceptions) >= 3
+    for value, hint in check.misconceptions.items():
+        result = check(value)
+        assert not result.passed and hint in result.message, (value, result.message)
+    assert not check(right + 1000).passed
+
+
+def test_the_named_misconceptions_give_those_numbers():
+    assert 16 * 4 in check_effective_batch.misconceptions  # DDP splitting the 16 over 8
+    assert "splits each micro-batch" in check_effective_batch.misconceptions[(16 // 8) * 8 * 4]
+    assert 2 * 3 in check_allreduces.misconceptions  # forward and backward both sync
+    assert 100 / 2 in check_trainer_window_loss.misconceptions  # by micro-batches, not tokens
+
+
+@pytest.mark.parametrize(("check", "right"), NUMERIC)
+def test_numeric_checkers_take_any_kind_of_number(check, right):
+    import decimal
+    from fractions import Fraction
+
+    import numpy as np
+
+    for answer in (Fraction(right), decimal.Decimal(str(right)), np.float64(right),
+                   np.array(right), torch.tensor([right])):  # fmt: skip
+        assert check(answer).passed, answer
+    if float(right).is_integer():
+        assert check(np.int64(right)).passed
+    for answer in (str(right), None):
+        result = check(answer)
+        assert not result.passed and "must be a number" in result.message, result.message
+    assert not check(...).passed and "Not answered" in check(...).message
+
+
+def test_checkers_pass_in_strict_mode_and_raise_on_wrong_answers(strict_checks):
+    assert check_effective_batch(512).passed
+    with pytest.raises(AssertionError, match="splits each micro-batch"):
+        check_effective_batch(64)
 
 
 def test_no_warnings_from_a_correct_scheduled_loop():
@@ -287,40 +314,139 @@ def test_a_ranks_exception_is_what_the_error_shows():
     assert "ChildFailedError" not in _first_error(output)
 
 
-def amp_window_variant(divide=True, unscale=True, update_each=False, clip=True, zero=True):
+def amp_window_variant(
+    divide="len", zero="start", set_to_none=True, unscale=True, clip="window",
+    step="scaler", update="after",
+):  # fmt: skip
+    """An ``amp_window`` written one way, or with one mistake."""
+
     def amp_window(model, optimizer, scaler, window):
-        if zero:
-            optimizer.zero_grad()
+        if zero == "start":
+            optimizer.zero_grad(set_to_none=set_to_none)
         for inputs, targets in window:
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = F.mse_loss(model(inputs), targets) / (len(window) if divide else 1)
+                outputs = model(inputs)
+                if divide == "inside":  # the mean over the window's samples, in the loss
+                    loss = F.mse_loss(outputs, targets, reduction="sum") / (
+                        len(targets) * len(window)
+                    )
+                else:
+                    loss = F.mse_loss(outputs, targets) / (len(window) if divide else 1)
             scaler.scale(loss).backward()
-            if update_each:
+            if zero == "each micro-batch":
+                optimizer.zero_grad()
+            if update == "each micro-batch":
                 scaler.update()
+            if clip == "each micro-batch":
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if clip == "before unscale":
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if unscale:
             scaler.unscale_(optimizer)
-        if clip:
+        if clip == "window":
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
+        if update == "before step":
+            scaler.update()
+        scaler.step(optimizer) if step == "scaler" else optimizer.step()
+        if update == "after":
+            scaler.update()
+        if zero == "after step":
+            optimizer.zero_grad(set_to_none=set_to_none)
 
     return amp_window
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {},
+        {"zero": "after step", "set_to_none": False},
+        {"zero": "start", "set_to_none": False},
+        {"divide": "inside"},
+    ],
+)
+def test_the_amp_window_checker_accepts_a_correct_window_however_written(written):
+    from helpers.exercises.at_scale import check_amp_window
+
+    result = check_amp_window(amp_window_variant(**written))
+    assert result.passed and "overflowing window was skipped" in result.message, result.message
 
 
 @pytest.mark.parametrize(
     ("mistake", "hint"),
     [
         ({"unscale": False}, "before clip_grad_norm_"),
-        ({"divide": False}, "divided by the window's size"),
-        ({"clip": False}, "clipped to norm 1.0"),
-        ({"update_each": True}, "update once per window"),
-        ({"zero": False}, "zero_grad() at the start of each window"),
+        ({"clip": "before unscale"}, "before clip_grad_norm_"),
+        ({"clip": "each micro-batch"}, "clipped after each micro-batch"),
+        ({"clip": None}, "was not clipped"),
+        ({"divide": None}, "divided by the window's size"),
+        ({"update": "each micro-batch"}, "ran after a micro-batch"),
+        ({"update": "before step"}, "ran before scaler.step(optimizer)"),
+        ({"update": None}, "scaler.update() is missing"),
+        ({"step": "optimizer"}, "optimizer.step() was called instead of scaler.step"),
+        ({"zero": None}, "zero_grad() is missing or misplaced"),
+        ({"zero": "each micro-batch"}, "zero_grad() is misplaced"),
     ],
 )
 def test_the_amp_window_checker_names_each_mistake(mistake, hint):
     from helpers.exercises.at_scale import check_amp_window
 
-    assert check_amp_window(amp_window_variant()).passed
     result = check_amp_window(amp_window_variant(**mistake))
     assert not result.passed and hint in result.message, result.message
-    assert not check_amp_window(...).passed
+
+
+def test_the_overflow_window_tells_scaler_step_from_optimizer_step():
+    """Without the overflow window optimizer.step() after unscale_ would give the same
+    weights: the window is what makes the checker reject it."""
+    from helpers.exercises.at_scale import _amp_setup
+
+    model, optimizer, scaler, windows = _amp_setup()
+    before = [p.detach().clone() for p in model.parameters()]
+    amp_window_variant()(model, optimizer, scaler, windows[0])
+    moved = [p.detach().clone() for p in model.parameters()]
+    assert not all(torch.equal(a, b) for a, b in zip(before, moved, strict=True))
+    scale = scaler.get_scale()
+    amp_window_variant()(model, optimizer, scaler, windows[1])  # overflows: skipped
+    assert all(torch.equal(a, b) for a, b in zip(moved, model.parameters(), strict=True))
+    assert scaler.get_scale() == scale / 2
+    amp_window_variant(step="optimizer")(model, optimizer, scaler, windows[1])
+    assert not all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_the_amp_window_checker_never_raises():
+    from helpers.exercises.at_scale import check_amp_window
+
+    def raises(model, optimizer, scaler, window):
+        raise ValueError("a bug in the learner's code")
+
+    def unfinished(model, optimizer, scaler, window):
+        optimizer.zero_grad()
+        ...
+
+    for answer, fragment in [
+        (..., "Not answered"),
+        ("amp_window", "pass your function itself"),
+        (None, "pass your function itself"),
+        (lambda model: None, "give it 4 parameters"),
+        (raises, "ValueError: a bug in the learner's code"),
+        (unfinished, "still has `...`"),
+    ]:
+        result = check_amp_window(answer)
+        assert not result.passed and fragment in result.message, (answer, result.message)
+
+
+def test_train_accumulating_runs_the_shown_window(monkeypatch):
+    """The notebook shows train_window's source: train_accumulating must really run it, once
+    per window."""
+    import helpers.at_scale
+
+    calls = []
+    real = helpers.at_scale.train_window
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(helpers.at_scale, "train_window", spy)
+    log, _, _ = train(max_norm=1.0, scaler=torch.amp.GradScaler("cpu"), amp_dtype=torch.bfloat16)
+    assert calls == [K, K, 2] and len(log.losses) == 3

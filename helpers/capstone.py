@@ -1,0 +1,382 @@
+"""Notebook 06's capstone: one training function with everything at once, run on 2 real
+DDP processes and compared with one process on the whole batch.
+
+The setting (the same for the learner's function and the course's reference):
+
+- each of ``WORLD`` ranks holds ``MICRO_BATCHES`` micro-batches of padded token sequences
+  (targets ``-100`` past each sequence's end), of uneven sizes, so that the ranks' token
+  counts differ in every window; windows of ``K`` micro-batches, the last one short;
+- the window's loss is the sum of its token losses over both ranks divided by its count of
+  non-padding tokens over both ranks (all-reduced), times the world size (DDP averages);
+- bfloat16 autocast with a ``GradScaler``; one micro-batch of window 2 (on rank 1) has
+  infinite logits, as an fp16 overflow: a correct loop skips that window's step and the
+  scale halves;
+- the accumulated gradient is unscaled and clipped to ``MAX_NORM``; a ``StepLR`` steps once
+  per window, the skipped one included.
+
+The rank program (``python -m helpers.capstone``, started by :func:`run_capstone` through
+``helpers.launcher``) imports the learner's function from a file, runs it under the loop
+auditor with spies on the GradScaler, the optimizer and DDP's all-reduces, and rank 0 writes
+what it saw as JSON. :func:`reference_run` computes the single-process reference, and the
+same loop with one of :data:`VARIANTS`' mistakes, so that a checker can name a mistake by
+the weights it gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.models import TokenModel
+
+WORLD = 2
+K = 3  # micro-batches per window: 10 micro-batches make windows of 3, 3, 3 and 1
+MICRO_BATCHES = 10  # per rank
+VOCAB = 11
+LR = 0.5
+GAMMA = 0.5  # StepLR(step_size=1): the learning rate halves after every window
+MAX_NORM = 0.3
+INIT_SCALE = 2.0**12
+OVERFLOW = (1, 4)  # (rank, micro-batch): window 2's second micro-batch on rank 1 overflows
+PAD = -100
+
+# What the learner's module starts with: the names the exercise says are there.
+PREAMBLE = """\
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+"""
+PREAMBLE_NAMES = "torch, nn, F, dist (torch.distributed), contextlib and math"
+
+
+# ------------------------------------------------------------------ the setting
+def capstone_data(rank: int, world: int = WORLD) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Rank ``rank``'s ``MICRO_BATCHES`` micro-batches ``(tokens, targets)``: 1 to 4
+    sequences of up to 3 to 8 positions each, targets ``-100`` past each sequence's end."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
+    generator = torch.Generator().manual_seed(100 + rank)
+    batches = []
+    for _ in range(MICRO_BATCHES):
+        rows = int(torch.randint(1, 5, (), generator=generator))
+        length = int(torch.randint(3, 9, (), generator=generator))
+        tokens = torch.randint(0, VOCAB, (rows, length), generator=generator)
+        targets = torch.randint(0, VOCAB, (rows, length), generator=generator)
+        ends = torch.randint(1, length + 1, (rows,), generator=generator)
+        targets[torch.arange(length) >= ends[:, None]] = PAD
+        batches.append((tokens, targets))
+    return batches
+
+
+def window_slices(n: int, k: int = K) -> list[range]:
+    """The micro-batch indices of each window: ``k`` at a time, the last window short."""
+    return [range(start, min(start + k, n)) for start in range(0, n, k)]
+
+
+def make_model() -> nn.Module:
+    """The seeded model every rank (and the reference) starts from."""
+    return TokenModel(vocab=VOCAB, width=8, seed=0)
+
+
+def make_tools(model: nn.Module):
+    """SGD, a StepLR that halves the rate each window, and a GradScaler on the CPU."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=GAMMA)
+    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE)
+    return optimizer, scheduler, scaler
+
+
+def add_overflow(model: nn.Module, tokens: torch.Tensor):
+    """Make the logits of the micro-batch ``tokens`` infinite (an fp16-style overflow) every
+    time ``model`` runs on it; returns the hook's handle."""
+
+    def hook(_module, args, output):
+        inputs = args[0] if args else None
+        if isinstance(inputs, torch.Tensor) and inputs.shape == tokens.shape:
+            if torch.equal(inputs, tokens):
+                return output * float("inf")
+        return output
+
+    return model.register_forward_hook(hook)
+
+
+def flat_weights(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().float().flatten() for p in model.parameters()])
+
+
+def token_count(targets: torch.Tensor) -> int:
+    return int((targets != PAD).sum())
+
+
+# ------------------------------------------------------------------ the reference
+VARIANTS = {
+    "correct": "",
+    "micro-batch mean / window": "each micro-batch's mean token loss was divided by the "
+    "number of micro-batches in the window (and DDP averaged the ranks): a micro-batch with "
+    "few tokens weighs as much as one with many. Sum the token losses and divide by the "
+    "window's count of non-padding tokens",
+    "micro-batch mean / k": "each micro-batch's mean token loss was divided by "
+    "accumulation_steps: the micro-batches weigh the same whatever their tokens, and the "
+    "short last window gets only its share of k. Sum the token losses and divide by the "
+    "window's count of non-padding tokens",
+    "local tokens": "each rank divided its token losses by its own window's token count: "
+    "the ranks' counts differ, and DDP's average of the two means is not the mean over all "
+    "tokens. All-reduce the window's token count (dist.all_reduce) and divide by the total",
+    "no world factor": "the token count was all-reduced, but DDP also averages the "
+    "gradients over the 2 processes: the step got half the mean gradient. Multiply the loss "
+    "by dist.get_world_size() (what the Trainer does with average_tokens_across_devices)",
+    "micro-batch tokens": "each micro-batch was divided by its own token count (all-reduced) "
+    "and by the number of micro-batches: divide the window's summed token losses by the "
+    "window's token count, the same for all its micro-batches",
+    "no last window": "the short last window (1 micro-batch) was never stepped: windows of "
+    "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))",
+    "no clip": "the gradient was not clipped: clip_grad_norm_(model.parameters(), "
+    f"{MAX_NORM:g}) once per window, after scaler.unscale_(optimizer)",
+}
+
+
+def reference_run(variant: str = "correct") -> dict:
+    """One process trains on every micro-batch of both ranks, window by window, with the
+    window's loss divided by the window's token count over both ranks: what 2 DDP processes
+    must reproduce. Another ``variant`` (a key of :data:`VARIANTS`) makes one mistake the
+    way 2 ranks would (each rank's loss divided by the world size, as DDP's averaging does).
+    Returns the final ``weights``, the ``lrs`` each step used (a skipped step has none) and
+    the ``scale`` after each window."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    data = [capstone_data(rank) for rank in range(WORLD)]
+    model = make_model()
+    optimizer, scheduler, scaler = make_tools(model)
+    handle = add_overflow(model, data[OVERFLOW[0]][OVERFLOW[1]][0])
+    lrs, scales = [], []  # the learning rate of each step taken (not of a skipped one)
+    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
+    slices = window_slices(MICRO_BATCHES)
+    if variant == "no last window":
+        slices = slices[:-1]
+    for window in slices:
+        counts = [sum(token_count(data[r][i][1]) for i in window) for r in range(WORLD)]
+        optimizer.zero_grad()
+        for rank in range(WORLD):
+            for i in window:
+                tokens, targets = data[rank][i]
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    logits = model(tokens)
+                summed = F.cross_entropy(logits.float(), targets, ignore_index=PAD, reduction="sum")
+                mean = summed / max(token_count(targets), 1)
+                loss = {
+                    "micro-batch mean / window": mean / len(window) / WORLD,
+                    "micro-batch mean / k": mean / K / WORLD,
+                    "local tokens": summed / counts[rank] / WORLD,
+                    "no world factor": summed / sum(counts) / WORLD,
+                    "micro-batch tokens": summed
+                    / (WORLD * _global_micro_tokens(data, i))
+                    / len(window),
+                }.get(variant, summed / sum(counts))
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if variant != "no clip":
+            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        scheduler.step()
+    handle.remove()
+    return {"weights": flat_weights(model), "lrs": lrs, "scales": scales}
+
+
+def _global_micro_tokens(data, i: int) -> int:
+    """Micro-batch ``i``'s token count summed over the ranks."""
+    return sum(token_count(data[r][i][1]) for r in range(WORLD))
+
+
+# ------------------------------------------------------------------ the learner's source
+def function_source(function: Callable) -> str:
+    """The source of ``function``'s ``def`` (decorators dropped), dedented, for a module of
+    its own; ``ValueError`` when its source cannot be read or is not a ``def``."""
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        raise ValueError(
+            "the check cannot read your function's source (it needs a `def` written in a "
+            "notebook cell or a file, not one made by exec or a lambda)"
+        ) from None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        raise ValueError(
+            f"the check cannot parse your function's source: write your function with `def "
+            f"{function.__name__}(...)` in one cell"
+        ) from None
+    defs = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    if not defs or defs[0].name != function.__name__:
+        raise ValueError(
+            f"write your function with `def {function.__name__}(...)` in one cell: the check "
+            "runs its source in fresh processes"
+        )
+    definition = defs[0]
+    definition.decorator_list = []
+    return ast.unparse(definition)
+
+
+def has_placeholder(source: str) -> bool:
+    """Whether a function's source still holds a ``...`` statement (the exercise's blanks)."""
+    return any(
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is Ellipsis
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+# ------------------------------------------------------------------ the rank program
+class ScalerSpy:
+    """Records the calls on one GradScaler (``scale``, ``unscale_``, ``step``, ``update``) and
+    the optimizer steps that did not come from ``scaler.step``."""
+
+    def __init__(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer):
+        self.calls: list[str] = []
+        self.inside_step = False
+        for name in ("scale", "unscale_", "step", "update"):  # the class's methods, looked up
+            setattr(scaler, name, self._record(scaler, name))  # at each call (the auditor's)
+        optimizer.register_step_pre_hook(self._optimizer_step)
+
+    def _record(self, scaler, name):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            self.inside_step = name == "step"
+            try:
+                return getattr(type(scaler), name)(scaler, *args, **kwargs)
+            finally:
+                self.inside_step = False
+
+        return call
+
+    def _optimizer_step(self, *_):
+        if not self.inside_step:
+            self.calls.append("optimizer.step")
+
+
+def _learner_function(path: str, name: str) -> Callable:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learner_capstone", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers.audit import LoopAuditor
+    from helpers.checks import LearnerCodeError, call_learner
+    from helpers.ddp_accumulation import AllReduceCounter, counting_allreduce, exit_when_orphaned
+
+    exit_when_orphaned()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--source", required=True, help="file that defines the function")
+    parser.add_argument("--name", required=True, help="the function's name")
+    parser.add_argument("--out", required=True, help="folder for the results")
+    args = parser.parse_args(argv)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    out = Path(args.out)
+
+    model = make_model()
+    ddp = DDP(model)
+    counter = AllReduceCounter()
+    ddp.register_comm_hook(counter, counting_allreduce)
+    optimizer, scheduler, scaler = make_tools(ddp)
+    spy = ScalerSpy(scaler, optimizer)
+    lrs: list[float] = []
+    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
+    data = capstone_data(rank, world)
+    if rank == OVERFLOW[0]:
+        add_overflow(model, data[OVERFLOW[1]][0])
+    try:
+        train = _learner_function(args.source, args.name)
+        with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
+            call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
+    except LearnerCodeError as error:
+        report = {"error": str(error), "kind": type(error.error).__name__, "calls": spy.calls}
+        (out / f"error{rank}.json").write_text(json.dumps({**report, "time": time.time()}))
+        sys.stdout.flush()
+        os._exit(1)
+    weights = flat_weights(model)
+    gathered = [torch.empty_like(weights) for _ in range(world)]
+    dist.all_gather(gathered, weights)
+    if rank == 0:
+        results = {
+            "weights": weights.tolist(),
+            "across_ranks": max((g - weights).abs().max().item() for g in gathered),
+            "findings": [[f.code, f.message] for f in audit.findings],
+            "calls": spy.calls,
+            "lrs": lrs,
+            "scale": scaler.get_scale(),
+            "allreduces": counter.calls,
+            "buckets": len(counter.buckets),
+        }
+        (out / "results.json").write_text(json.dumps(results))
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as helpers.ddp_accumulation: no DDP teardown at interpreter exit
+
+
+class CapstoneRunError(Exception):
+    """The 2-process run of a learner's function ended without results: ``kind`` is
+    "error" (a rank raised; the message and the scaler calls are kept), "timeout" or "failed"."""
+
+    def __init__(self, kind: str, message: str, calls: list[str] | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.calls = kind, message, calls or []
+
+
+def run_capstone(function: Callable, timeout: float = 60) -> dict:
+    """Run ``function(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps)``
+    on ``WORLD`` DDP processes (gloo); return rank 0's results (see :func:`main`), or raise
+    :class:`CapstoneRunError`. Its source goes to a module in a temporary folder, after
+    :data:`PREAMBLE`, which the ranks import."""
+    from helpers.distributed import launch
+
+    source = function_source(function)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "learner_capstone.py"
+        path.write_text(PREAMBLE + source + "\n", encoding="utf-8")
+        args = [f"--source={path}", f"--name={function.__name__}", f"--out={folder}"]
+        try:
+            launch("helpers.capstone", args, nproc=WORLD, timeout=timeout)
+        except RuntimeError as error:
+            errors = sorted(
+                (json.loads(p.read_text()) for p in Path(folder).glob("error*.json")),
+                key=lambda e: e["time"],
+            )
+            if errors:
+                raise CapstoneRunError("error", errors[0]["error"], errors[0]["calls"]) from None
+            kind = "timeout" if "took over" in str(error) else "failed"
+            raise CapstoneRunError(kind, str(error)) from None
+        return json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
