@@ -55,6 +55,8 @@ PAD = -100
 
 # What the learner's module starts with: the names the exercise says are there.
 PREAMBLE = """\
+from __future__ import annotations  # annotations naming the notebook's classes stay text
+
 import contextlib
 import math
 
@@ -314,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     if rank == OVERFLOW[0]:
         add_overflow(model, data[OVERFLOW[1]][0])
     try:
-        train = _learner_function(args.source, args.name)
+        train = call_learner(_learner_function, args.source, args.name)
         with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
             call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
     except LearnerCodeError as error:

@@ -20,6 +20,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
+MAX_NORM = 0.3  # a name from another cell: the ranks' module does not have it
+
 
 """
 
@@ -182,6 +184,10 @@ MISTAKES = {
                 "nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)",
             )
         ],
+        "only torch, nn, F, dist",
+    ),
+    "a default from another cell": (
+        [("accumulation_steps):\n", "accumulation_steps, limit=MAX_NORM):\n")],
         "only torch, nn, F, dist",
     ),
     "an exception in a rank": (
