@@ -190,11 +190,12 @@ MISTAKES = {
         [("accumulation_steps):\n", "accumulation_steps, limit=MAX_NORM):\n")],
         "only torch, nn, F, dist",
     ),
-    "an exception in a rank": (
+    "an exception in one rank": (  # rank 0 waits in a collective: it is stopped
         [
             (
                 "        optimizer.zero_grad()\n",
-                "        optimizer.zero_grad()\n        {}[window]\n",
+                "        optimizer.zero_grad()\n        if dist.get_rank() == 1 and start:\n"
+                "            {}[window]\n",
             )
         ],
         "TypeError: unhashable type",
