@@ -181,8 +181,14 @@ MEANINGS = {
     "does not require grad and does not have a grad_fn": "backward() was called on a tensor "
     "with no graph: was the loss computed under torch.no_grad(), detached, or taken with "
     ".item()?",
-    "No inf checks were recorded": "scaler.update() ran without a scaler.step(optimizer) "
-    "before it in this window: step first, then update, once per optimizer step.",
+    "No inf checks were recorded for this optimizer": "scaler.step(optimizer) found no "
+    "gradients: did zero_grad() run between backward() and the step, or no backward() at "
+    "all?",
+    "No inf checks were recorded prior to update": "scaler.update() ran without a "
+    "scaler.step(optimizer) before it: step first, then update, once per optimizer step.",
+    "unscale_() is being called after step()": "scaler.update() did not run after the last "
+    "scaler.step(optimizer): update once per window, after the step, before the next "
+    "window's unscale_.",
     "unscale_() has already been called": "scaler.unscale_(optimizer) ran twice before one "
     "update(): unscale once per window, after its last backward().",
     "modified by an inplace operation": "a tensor the backward pass needs was changed in "

@@ -139,6 +139,24 @@ def _update_before_step():
     scaler.update()
 
 
+def _step_without_grads():
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(torch.ones(1, 2)).sum())
+    scaler.step(optimizer)
+
+
+def _no_update_between_windows():
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    for _ in range(2):
+        scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+
+
 def _unscale_twice():
     model = nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -211,7 +229,9 @@ def _undefined():
 MEANING_CASES = {
     "backward through the graph a second time": _backward_twice,
     "does not require grad and does not have a grad_fn": _no_graph,
-    "No inf checks were recorded": _update_before_step,
+    "No inf checks were recorded for this optimizer": _step_without_grads,
+    "No inf checks were recorded prior to update": _update_before_step,
+    "unscale_() is being called after step()": _no_update_between_windows,
     "unscale_() has already been called": _unscale_twice,
     "modified by an inplace operation": _step_before_backward,
     "grad can be implicitly created only for scalar outputs": _non_scalar,
