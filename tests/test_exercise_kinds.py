@@ -1,0 +1,56 @@
+"""The exercises make learners write and repair loops: every exercise says its kind, at
+least half of them are written or repaired code, every notebook keeps a quick prediction,
+and the README's table counts them as the notebooks do."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+from course import ROOT, cells_tagged, notebook_paths, read, title
+
+KINDS = ("predict", "write", "repair")
+PATHS = notebook_paths()
+
+
+def kinds_of(path) -> list[str]:
+    nb = read(path)
+    found = []
+    for index in cells_tagged(nb, "exercise"):
+        tags = [t[len("exercise-") :] for t in nb.cells[index].metadata.get("tags", [])]
+        found += [t for t in tags if t in KINDS]
+    return found
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])
+def test_every_exercise_has_one_kind_and_each_notebook_a_prediction(path):
+    nb = read(path)
+    for index in cells_tagged(nb, "exercise"):
+        tags = nb.cells[index].metadata.get("tags", [])
+        assert len([t for t in tags if t.startswith("exercise-")]) == 1, tags
+    assert len(kinds_of(path)) == len(cells_tagged(nb, "exercise"))
+    assert "predict" in kinds_of(path)
+
+
+def test_at_least_half_of_the_exercises_are_code_to_write_or_repair():
+    counts = Counter(kind for path in PATHS for kind in kinds_of(path))
+    assert counts["write"] + counts["repair"] >= counts["predict"], counts
+
+
+def summary(kinds: list[str]) -> str:
+    counts = Counter(kinds)
+    return ", ".join(f"{counts[k]} {k}" for k in KINDS if counts[k])
+
+
+def test_the_readme_counts_the_exercises_of_each_kind():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for path in PATHS:
+        row = next(line for line in readme.splitlines() if f"(notebooks/{path.name})" in line)
+        assert row.rstrip().endswith(f"| {summary(kinds_of(path))} |"), (title(read(path)), row)
+    total = Counter(kind for path in PATHS for kind in kinds_of(path))
+    assert re.search(
+        rf"{sum(total.values())} exercises: {total['predict']} predict, {total['write']} "
+        rf"write and {total['repair']} repair",
+        readme,
+    )
