@@ -165,6 +165,19 @@ def as_function(answer: object, call: str) -> Callable:
     try:
         signature.bind(*parameters)
     except TypeError:
+        required = [
+            p.name
+            for p in signature.parameters.values()
+            if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        extra = required[len(parameters) :]
+        if extra:
+            raise AnswerKindError(
+                f"your function takes {signature}, but it is called as {call}: give "
+                f"{', '.join(extra)} a default value in the def line, or take exactly "
+                f"({', '.join(parameters)})"
+            ) from None
         raise AnswerKindError(
             f"your function takes {signature}, but it is called as {call}: give it "
             f"{len(parameters)} parameters ({', '.join(parameters)})"
@@ -214,6 +227,11 @@ MEANINGS = {
     "window included.",
     "Expected positive integer total_steps": "total_steps must be an int: use math.ceil(...) "
     "or //, not /.",
+    "a leaf Variable that requires grad is being used in an in-place operation": "A tensor "
+    "that requires grad was changed in place: cut it from autograd first (requires_grad_(False) "
+    "on a leaf, detach_() on a tensor with a grad_fn), or change it under torch.no_grad().",
+    "you can only change requires_grad flags of leaf variables": "requires_grad_(False) works "
+    "only on a leaf; a tensor with a grad_fn (made with create_graph=True) needs detach_().",
     "division by zero": "something was divided by zero: a window or a token count of 0?",
     "is not defined": "a name used in your function is not defined: define it in the "
     "function, or pass it in as a parameter.",
@@ -225,9 +243,11 @@ def call_learner(function: Callable, *args, **kwargs):
     :class:`LearnerCodeError` with what it usually means."""
     try:
         return function(*args, **kwargs)
-    except Exception as error:  # the learner's code: report it, never a traceback
+    except (Exception, SystemExit) as error:  # the learner's code: report, never a traceback
         text = str(error)
         meaning = next((m for fragment, m in MEANINGS.items() if fragment in text), "")
+        if isinstance(error, SystemExit):
+            meaning = "exit() ends the whole program: return from your function instead."
         raise LearnerCodeError(error, meaning) from None
 
 

@@ -192,3 +192,20 @@ def test_the_schedule_cases_cover_a_tail_none_and_k_above_n():
 def test_scheduler_steps_wrong_kinds_and_errors_give_a_message(answer, hint):
     result = check_scheduler_steps(answer)
     assert not result.passed and hint in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    "formula",
+    [
+        lambda n, k, e: e * math.ceil(n / k) - 1,
+        lambda n, k, e: e * (n // k) + 1,
+        lambda n, k, e: math.ceil(n / k) + e,
+    ],
+    ids=["one too few", "floor plus one", "plus epochs"],
+)
+def test_a_count_that_only_one_case_mistakes_for_a_known_error_gets_the_general_hint(formula):
+    from helpers.exercises.gradient_accumulation import check_scheduler_steps
+
+    result = check_scheduler_steps(formula)
+    assert not result.passed
+    assert "each epoch has ceil(n / k) windows" in result.message, result.message

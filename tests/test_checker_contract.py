@@ -195,6 +195,14 @@ def _one_cycle(total_steps, steps):
         scheduler.step()
 
 
+def _leaf_grad_zeroed_in_place():
+    torch.ones(2, requires_grad=True).zero_()
+
+
+def _requires_grad_on_a_non_leaf():
+    (torch.ones(2, requires_grad=True) * 2).requires_grad_(False)
+
+
 def _non_scalar():
     (torch.ones(2, requires_grad=True) * 2).backward()
 
@@ -237,6 +245,10 @@ MEANING_CASES = {
     "grad can be implicitly created only for scalar outputs": _non_scalar,
     "Attempted unscale_ but _scale is None": _unscale_without_scale,
     "Tried to step": lambda: _one_cycle(6, 7),
+    "a leaf Variable that requires grad is being used in an in-place operation": (
+        _leaf_grad_zeroed_in_place
+    ),
+    "you can only change requires_grad flags of leaf variables": _requires_grad_on_a_non_leaf,
     "Expected positive integer total_steps": lambda: _one_cycle(7.5, 1),
     "some parameters appear in more than one parameter group": _param_group_twice,
     "cannot be multiplied": _shapes,
@@ -259,3 +271,11 @@ def test_each_real_error_gets_its_meaning(fragment):
     assert fragment in str(raised.value.error)
     assert str(raised.value).endswith(MEANINGS[fragment])
     assert ".. " not in str(raised.value).replace("...", "")
+
+
+def test_exit_in_the_learners_code_is_reported_too():
+    def learner():
+        raise SystemExit(1)
+
+    with pytest.raises(LearnerCodeError, match="return from your function instead"):
+        call_learner(learner)

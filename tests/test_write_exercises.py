@@ -112,6 +112,35 @@ def zero_grad_never_none(optimizer, set_to_none=True):
     zero_grad_like_torch(optimizer, set_to_none=False)
 
 
+def zero_grad_in_place_only(optimizer, set_to_none=True):
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+
+def zero_grad_requires_grad_everywhere(optimizer, set_to_none=True):
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.requires_grad_(False)
+                    p.grad.zero_()
+
+
+def zero_grad_without_a_default(optimizer, set_to_none):
+    zero_grad_like_torch(optimizer, set_to_none)
+
+
+def zero_grad_that_exits(optimizer, set_to_none=True):
+    raise SystemExit(1)
+
+
 @pytest.mark.parametrize("answer", [zero_grad_like_torch, zero_grad_flat, zero_grad_keyword_only])
 def test_zero_grad_by_hand_accepts_correct_versions(answer):
     result = check_my_zero_grad(answer)
@@ -130,6 +159,10 @@ def test_zero_grad_by_hand_accepts_correct_versions(answer):
         (zero_grad_without_the_option, "give your function the parameter set_to_none"),
         (zero_grad_zeros_for_none, "must stay None"),
         (zero_grad_never_none, "set_to_none defaults to True"),
+        (zero_grad_in_place_only, "requires_grad_(False) on a leaf"),
+        (zero_grad_requires_grad_everywhere, "needs detach_()"),
+        (zero_grad_without_a_default, "give set_to_none a default value"),
+        (zero_grad_that_exits, "return from your function instead"),
         (lambda: None, "give it 1 parameters"),
     ],
 )
@@ -199,6 +232,30 @@ def norms_with_none_in_the_sum(losses, params):
     ]
 
 
+def norms_lazily_without_retain_graph(losses, params):
+    return (
+        torch.cat([g.flatten() for g in torch.autograd.grad(loss, params) if g is not None]).norm()
+        for loss in losses
+    )
+
+
+def norms_lazily(losses, params):
+    grad = torch.autograd.grad
+    return (
+        torch.cat([g.flatten() for g in grad(loss, params, retain_graph=True, allow_unused=True)
+                   if g is not None]).norm()
+        for loss in losses
+    )  # fmt: skip
+
+
+def norms_concatenating_none(losses, params):
+    norms = []
+    for loss in losses:
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        norms.append(torch.cat([g.flatten() for g in grads]).norm())
+    return norms
+
+
 def norms_through_backward(losses, params):
     norms = []
     for loss in losses:
@@ -233,7 +290,7 @@ def one_norm_only(losses, params):
 
 
 @pytest.mark.parametrize(
-    "answer", [norms_by_sum_of_squares, norms_by_concatenation, norms_materialized]
+    "answer", [norms_by_sum_of_squares, norms_by_concatenation, norms_materialized, norms_lazily]
 )
 def test_task_norms_accept_correct_versions(answer):
     result = check_task_grad_norms(answer)
@@ -246,6 +303,8 @@ def test_task_norms_accept_correct_versions(answer):
         (norms_without_retain_graph, "pass retain_graph=True"),
         (norms_without_allow_unused, "pass allow_unused=True"),
         (norms_with_none_in_the_sum, "count it as 0"),
+        (norms_concatenating_none, "count it as 0"),
+        (norms_lazily_without_retain_graph, "pass allow_unused=True"),
         (norms_through_backward, "now have a .grad"),
         (squared_norms, "squared norms"),
         (norms_added_per_tensor, "added the norms of the separate tensors"),

@@ -303,24 +303,34 @@ def check_scheduler_steps(scheduler_steps: Callable) -> CheckResult:
     if is_unanswered(scheduler_steps):
         return wrong(NOT_ANSWERED)
     as_function(scheduler_steps, "scheduler_steps(micro_batches_per_epoch, k, epochs)")
-    as_float = False
+    values, as_float = [], False
     for n, k, epochs in SCHEDULE_CASES:
         result = call_learner(scheduler_steps, n, k, epochs)
         if is_unanswered(result):
             return wrong(NOT_ANSWERED)
-        value = as_number(result, "the value your function returns")
-        expected = epochs * math.ceil(n / k)
-        if number_matches(value, expected):
-            as_float = as_float or not _is_whole_number(result)
-            continue
-        where = f"with {n} micro-batches per epoch, k = {k} and {epochs} epochs you counted"
-        where += f" {value:g}"
-        for mistaken, hint in _schedule_mistakes(n, k, epochs):
-            if number_matches(value, mistaken):
-                return wrong(f"{where}: {hint}")
+        values.append(as_number(result, "the value your function returns"))
+        as_float = as_float or not _is_whole_number(result)
+    expected = [epochs * math.ceil(n / k) for n, k, epochs in SCHEDULE_CASES]
+    wrong_cases = [
+        i for i, (v, e) in enumerate(zip(values, expected, strict=True)) if not number_matches(v, e)
+    ]
+    if wrong_cases:
+        # a mistake is named only when it gives every one of the learner's numbers
+        mistakes = [_schedule_mistakes(*case) for case in SCHEDULE_CASES]
+        for index, (_, hint) in enumerate(mistakes[0]):
+            if all(number_matches(v, m[index][0]) for v, m in zip(values, mistakes, strict=True)):
+                first = wrong_cases[0]
+                n, k, epochs = SCHEDULE_CASES[first]
+                return wrong(
+                    f"with {n} micro-batches per epoch, k = {k} and {epochs} epochs you counted "
+                    f"{values[first]:g}: {hint}"
+                )
+        n, k, epochs = SCHEDULE_CASES[wrong_cases[0]]
         return wrong(
-            f"{where}, the run makes {expected} optimizer steps: each epoch has ceil(n / k) "
-            "windows, the short last one included, and each window is one step."
+            f"with {n} micro-batches per epoch, k = {k} and {epochs} epochs you counted "
+            f"{values[wrong_cases[0]]:g}, the run makes {expected[wrong_cases[0]]} optimizer "
+            "steps: each epoch has ceil(n / k) windows, the short last one included, and each "
+            "window is one step."
         )
     note = " Return it as an int: OneCycleLR(total_steps=...) refuses a float." if as_float else ""
     return correct("one step per window, the short last window of every epoch counted." + note)
