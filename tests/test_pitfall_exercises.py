@@ -21,10 +21,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.accumulation import windows
+from helpers.exercises import pitfalls
 from helpers.exercises.pitfalls import (
     CALLS,
     LOOPS,
     REPAIRED,
+    ClipSpy,
     check_clipped_norm,
     check_repair,
     check_repair_a,
@@ -139,6 +141,48 @@ def a_item_before_backward(model, optimizer, batches):
     return running_loss / len(batches)
 
 
+def a_overwrites_the_total(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss = loss.item()
+    return running_loss / len(batches)
+
+
+def a_returns_the_last_loss(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+
+
+def a_floor_division(model, optimizer, batches):
+    running_loss = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    return running_loss // len(batches)
+
+
+def a_statistics_mean(model, optimizer, batches):  # correct: a numpy float is a number
+    losses = []
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return np.mean(losses)
+
+
 # ------------------------------------------------------------------ loop B: correct
 
 
@@ -225,6 +269,65 @@ def b_one_backward_per_window(model, optimizer, batches, scheduler, k=4):
         scheduler.step()
 
 
+def b_int_max_norm_via_clip_grad(model, optimizer, batches, scheduler, k=4):  # correct
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        torch.nn.utils.clip_grad.clip_grad_norm_(model.parameters(), 5)
+        optimizer.step()
+        scheduler.step()
+
+
+def b_not_divided(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            F.mse_loss(model(inputs), targets).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        optimizer.step()
+        scheduler.step()
+
+
+def b_max_norm_1(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        optimizer.step()
+        scheduler.step()
+
+
+def b_clip_after_step(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        optimizer.step()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        scheduler.step()
+
+
+def b_no_clip(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        optimizer.step()
+        scheduler.step()
+
+
+def b_scheduler_per_epoch(model, optimizer, batches, scheduler, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        optimizer.step()
+    scheduler.step()
+
+
 # ------------------------------------------------------------------ loop C: correct
 
 
@@ -306,6 +409,71 @@ def c_group_before_the_new_head(model, optimizer, batches):
         optimizer.step()
 
 
+def c_frozen_trunk(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)
+    for p in model[:-1].parameters():
+        p.requires_grad_(False)
+    optimizer.add_param_group({"params": model[-1].parameters()})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_head_in_every_iteration(model, optimizer, batches):
+    for inputs, targets in batches:
+        model[-1] = nn.Linear(16, 1)
+        optimizer.add_param_group({"params": model[-1].parameters()})
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_head_without_bias(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1, bias=False)
+    optimizer.add_param_group({"params": model[-1].parameters()})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_head_in_a_sequential(model, optimizer, batches):
+    model[-1] = nn.Sequential(nn.Linear(16, 1))
+    optimizer.add_param_group({"params": model[-1].parameters()})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_head_appended(model, optimizer, batches):
+    model.append(nn.Linear(1, 1))
+    optimizer.add_param_group({"params": model[-1].parameters()})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_wider_head(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 2)
+    optimizer.add_param_group({"params": model[-1].parameters()})
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        F.mse_loss(model(inputs).mean(1, keepdim=True), targets).backward()
+        optimizer.step()
+
+
+def c_appended_and_own_optimizer(model, optimizer, batches):
+    model.append(nn.Linear(1, 1))
+    own = torch.optim.SGD(model.parameters(), lr=0.01)
+    for inputs, targets in batches:
+        own.zero_grad()
+        F.mse_loss(model(inputs), targets).backward()
+        own.step()
+
+
 # ------------------------------------------------------------------ loop D: correct
 
 
@@ -367,6 +535,15 @@ def d_tail_dropped(model, optimizer, batches, k=4):
         if (i + 1) % k == 0:
             optimizer.step()
             optimizer.zero_grad()
+
+
+def d_in_float64(model, optimizer, batches, k=4):
+    model.double()
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs.double()), targets.double()) / len(window)).backward()
+        optimizer.step()
 
 
 # ------------------------------------------------------------------ loop E: correct
@@ -448,9 +625,52 @@ def e_unscale_twice(model, optimizer, batches, scaler):
         scaler.update()
 
 
+def e_optimizer_step(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        optimizer.step()
+        scaler.update()
+
+
+def e_optimizer_step_without_unscale(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        scaler.scale(loss).backward()
+        optimizer.step()
+        scaler.update()
+
+
+def e_no_clip(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+
+
+def e_scaler_unused(model, optimizer, batches, scaler):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        optimizer.step()
+
+
 CORRECT = {
-    "A": [a_detach, a_float_and_zero_after_step, a_no_grad_sum],
-    "B": [b_by_index, b_slices_zeros],
+    "A": [a_detach, a_float_and_zero_after_step, a_no_grad_sum, a_statistics_mean],
+    "B": [b_by_index, b_slices_zeros, b_int_max_norm_via_clip_grad],
     "C": [c_reset_in_place, c_add_group_with_settings, c_copy_into_old_head],
     "D": [d_by_index, d_slices],
     "E": [e_zero_after_step, e_model_zero_grad],
@@ -465,22 +685,55 @@ WRONG = [
     ("B", b_only_scheduler_moved, "clip-per-micro-batch: clip_grad_norm_ still runs"),
     ("B", b_tail_dropped, "the last 2 of the 10 micro-batches"),
     ("B", b_tail_divided_by_k, "divided by its real length, 2, not by k=4"),
+    ("A", a_overwrites_the_total, "the last batch's loss divided by 10"),
+    ("A", a_returns_the_last_loss, "the last batch's loss, not the mean of all 10"),
+    ("A", a_floor_division, "// is floor division"),
     ("B", b_scheduler_first, "stepped before the optimizer"),
+    ("B", b_not_divided, "its losses are not divided at all"),
+    ("B", b_max_norm_1, "max_norm=1 where loop B clips at max_norm=5"),
+    ("B", b_clip_after_step, "clip_grad_norm_ ran, but only after optimizer.step()"),
+    ("B", b_no_clip, "nothing clipped it, no clip_grad_norm_ ran"),
+    ("B", b_scheduler_per_epoch, "stepped once (as if once per epoch) in 3 optimizer steps"),
     ("B", b_one_backward_per_window, "one backward() per micro-batch"),
     ("C", c_rebuilt_optimizer, "trained another optimizer, built inside it"),
     ("C", c_only_the_weight, "2.bias"),
     ("C", c_head_lr, "add_param_group fills them in"),
     ("C", c_frozen_head, "2.weight, 2.bias had no gradient"),
     ("C", c_group_before_the_new_head, "more than one parameter group"),
+    ("C", c_frozen_trunk, "0.weight, 0.bias had no gradient: requires_grad_(False) froze"),
+    ("C", c_head_in_every_iteration, "the head is replaced in every iteration"),
+    ("C", c_head_without_bias, "parameters differ from the correct loop's: yours lacks 2.bias"),
+    ("C", c_head_in_a_sequential, "yours has 2.0.weight, 2.0.bias"),
+    ("C", c_head_appended, "yours has 3.weight, 3.bias"),
+    ("C", c_wider_head, "2.weight has shape [2, 16], not [1, 16]"),
+    ("C", c_appended_and_own_optimizer, "trained another optimizer"),
     ("D", LOOPS["D"], "divided by k=4, not by its real length 2"),
     ("D", d_not_divided, "not divided at all"),
     ("D", d_tail_not_divided, "not divided at all"),
     ("D", d_all_by_the_tail, "divided by 2 instead of 4"),
     ("D", d_tail_dropped, "leftover-gradients"),
+    ("D", d_in_float64, "Keep the model's dtype, float32"),
     ("E", e_no_unscale, "unscale-after-clip"),
-    ("E", e_clip_after_step, "never clipped"),
+    ("E", e_clip_after_step, "clip_grad_norm_ ran, but only after scaler.step(optimizer)"),
     ("E", e_unscaled_backward, "raised AssertionError: Attempted unscale_"),
     ("E", e_unscale_twice, "ran twice before one update()"),
+    ("E", e_optimizer_step, "optimizer.step() was called instead of scaler.step(optimizer)"),
+    ("E", e_optimizer_step_without_unscale, "instead of scaler.step(optimizer)"),
+    ("E", e_no_clip, "nothing clipped it"),
+    ("E", e_scaler_unused, "never called scaler.scale(loss)"),
+]
+
+# What an earlier version of the checker blamed these mistakes on: never again.
+MISDIAGNOSED = [
+    ("A", a_overwrites_the_total, "; the epoch's mean loss is"),
+    ("B", b_not_divided, "divided by 3.01"),
+    ("B", b_max_norm_1, "divided by 15.1"),
+    ("B", b_clip_after_step, "divided by its real length"),
+    ("B", b_no_clip, "divided by its real length"),
+    ("B", b_scheduler_per_epoch, "stepped before the optimizer"),
+    ("C", c_frozen_trunk, "step-without-grad"),
+    ("C", c_head_in_every_iteration, "does anything else change the weights"),
+    ("E", e_optimizer_step, "Correct"),
 ]
 
 
@@ -506,6 +759,47 @@ def test_wrong_repairs_get_a_hint_that_names_the_mistake(name, loop, hint):
     result = CHECKS[name](loop)
     assert not result.passed and hint in result.message, result.message
     assert "Traceback" not in result.message
+
+
+@pytest.mark.parametrize(
+    ("name", "loop", "blame"), MISDIAGNOSED, ids=[loop.__name__ for _, loop, _ in MISDIAGNOSED]
+)
+def test_a_mistake_is_not_blamed_on_another(name, loop, blame):
+    result = CHECKS[name](loop)
+    assert not result.passed and blame not in result.message, result.message
+
+
+def test_the_five_loop_b_mistakes_get_five_different_hints():
+    loops = [b_not_divided, b_max_norm_1, b_clip_after_step, b_no_clip, b_scheduler_per_epoch]
+    messages = {check_repair_b(loop).message for loop in loops}
+    assert len(messages) == len(loops)
+
+
+def test_a_check_that_cannot_follow_the_loop_says_so_without_a_traceback(monkeypatch):
+    def broken(*args):
+        raise IndexError("internal")
+
+    monkeypatch.setattr(pitfalls, "_difference", broken)
+    result = check_repair_c(c_reset_in_place)
+    assert not result.passed and "could not follow your loop" in result.message
+
+
+def test_the_trace_records_clips_scheduler_steps_and_scaler_calls():
+    b = trace("B", b_max_norm_1)
+    assert [call["max_norm"] for call in b.clips] == [1.0, 1.0, 1.0]
+    assert b.scheduler_steps == 3 and trace("B", b_scheduler_per_epoch).scheduler_steps == 1
+    e = trace("E", e_optimizer_step)
+    assert e.scaler_calls[:4] == ["scale", "unscale_", "optimizer.step", "update"]
+    assert "optimizer.step" not in trace("E", REPAIRED["E"]).scaler_calls
+    assert len(trace("C", c_head_in_every_iteration).params) == 10
+
+
+def test_the_clip_spy_puts_clip_grad_norm_back():
+    before = (torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad.clip_grad_norm_)
+    with ClipSpy() as spy:
+        torch.nn.utils.clip_grad_norm_([torch.ones(2, requires_grad=True)], 3, norm_type=1)
+    assert spy.calls == [{"max_norm": 3, "norm_type": 1}]
+    assert (torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad.clip_grad_norm_) == before
 
 
 def test_every_exercise_has_three_wrong_repairs_and_two_correct_ones():

@@ -5,18 +5,24 @@ A repair is run the way the buggy loop was: under the loop auditor, on 10 micro-
 and beside a correct loop on the same data. The checker names each finding the auditor
 still reports, then compares what every optimizer step used (each parameter's gradient,
 weight and param-group settings, with ``torch.allclose``) and the final weights: a loop the
-auditor is silent on can still be wrong.
+auditor is silent on can still be wrong. It also records the clip_grad_norm_ calls, the
+scheduler's steps and the GradScaler's calls, so that a hint names the mistake itself (a
+clip after the step, a scheduler stepped once per epoch, optimizer.step() in place of
+scaler.step) rather than what it did to a gradient; loop B's division mistakes are told by
+running the correct loop with each of them. Whatever the learner's loop does, the answer is
+a ❌ with a hint, never a traceback.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import math
 import textwrap
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import torch
@@ -25,11 +31,14 @@ from torch.nn import functional as F
 
 from helpers.accumulation import windows
 from helpers.audit import CODES
+from helpers.capstone import ScalerSpy
 from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,
     CheckResult,
+    LearnerCodeError,
     as_function,
+    as_number,
     call_learner,
     checker,
     correct,
@@ -219,43 +228,120 @@ def record_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[dic
 def _settings(group: dict | None) -> dict | None:
     if group is None:
         return None
-    return {key: group[key] for key in ("lr", "momentum", "dampening", "weight_decay")}
+    return {key: group.get(key) for key in ("lr", "momentum", "dampening", "weight_decay")}
+
+
+class ClipSpy:
+    """Inside a ``with`` block, records every ``clip_grad_norm_`` call made through
+    ``torch.nn.utils`` (or ``torch.nn.utils.clip_grad``): its ``max_norm`` and ``norm_type``.
+    A function imported by name before the block is not seen."""
+
+    MODULES = (torch.nn.utils, torch.nn.utils.clip_grad)
+
+    def __init__(self):
+        self.calls: list[dict] = []
+        self._originals: list[tuple[object, Callable]] = []
+
+    def _wrap(self, original: Callable) -> Callable:
+        @functools.wraps(original)
+        def clip(parameters, *args, **kwargs):
+            self.calls.append(
+                {
+                    "max_norm": args[0] if args else kwargs.get("max_norm"),
+                    "norm_type": args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0),
+                }
+            )
+            return original(parameters, *args, **kwargs)
+
+        return clip
+
+    def __enter__(self) -> ClipSpy:
+        for module in self.MODULES:
+            original = module.clip_grad_norm_
+            self._originals.append((module, original))
+            module.clip_grad_norm_ = self._wrap(original)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        while self._originals:
+            module, original = self._originals.pop()
+            module.clip_grad_norm_ = original
 
 
 @dataclass
 class Trace:
     """A loop run by the repair checker: the audited run, what every step used, the final
-    weights by parameter name."""
+    weights by parameter name; each parameter it started with and its start value, the
+    parameter tensors each step
+    saw, the clip_grad_norm_ calls, how often the scheduler stepped (None without one) and
+    the GradScaler's calls (:class:`helpers.capstone.ScalerSpy`)."""
 
     run: AuditedRun
     steps: list[dict]
     final: dict[str, torch.Tensor]
+    start: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    params: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    clips: list[dict] = field(default_factory=list)
+    scheduler_steps: int | None = None
+    scaler_calls: list[str] = field(default_factory=list)
 
 
 def trace(name: str, loop: Callable) -> Trace:
     """Run ``loop`` the way the checker of loop ``name`` does: under the auditor, on 10
-    micro-batches, from the same seeded model and random state, recording every step."""
+    micro-batches, from the same seeded model and random state, recording every step.
+
+    A :class:`LearnerCodeError` from the loop is raised with ``scaler_calls`` set."""
     name = _name(name)
     model = make_mlp((8, 16, 1), seed=0)
+    start = [(p, p.detach().clone()) for p in model.parameters()]
+    options = _options(name)
     recorded: list[list[dict]] = []
+    params: list[dict[str, torch.Tensor]] = []
+    spies: list[ScalerSpy] = []
+    schedulers: list = []
 
-    def make_optimizer(params):
-        optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9)
+    def make_optimizer(given):
+        optimizer = torch.optim.SGD(given, lr=0.01, momentum=0.9)
         recorded.append(record_steps(model, optimizer))
+        optimizer.register_step_pre_hook(lambda *_: params.append(dict(model.named_parameters())))
+        if "scaler" in options:
+            spies.append(ScalerSpy(options["scaler"], optimizer))
         return optimizer
 
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+    if "make_scheduler" in options:
+        make_scheduler = options["make_scheduler"]
+
+        def keep_scheduler(optimizer):
+            schedulers.append(make_scheduler(optimizer))
+            return schedulers[-1]
+
+        options["make_scheduler"] = keep_scheduler
+
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), ClipSpy() as clips:
         warnings.simplefilter("ignore")  # a scheduler stepped too early warns; hints explain
         torch.manual_seed(0)
-        run = audited_run(
-            loop,
-            make_teacher_batches(n_batches=N_BATCHES),
-            model=model,
-            make_optimizer=make_optimizer,
-            **_options(name),
-        )
+        try:
+            run = audited_run(
+                loop,
+                make_teacher_batches(n_batches=N_BATCHES),
+                model=model,
+                make_optimizer=make_optimizer,
+                **options,
+            )
+        except LearnerCodeError as error:
+            error.scaler_calls = list(spies[0].calls) if spies else []
+            raise
     final = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return Trace(run, recorded[0], final)
+    return Trace(
+        run,
+        recorded[0],
+        final,
+        start=start,
+        params=params,
+        clips=clips.calls,
+        scheduler_steps=schedulers[0].last_epoch if schedulers else None,
+        scaler_calls=list(spies[0].calls) if spies else [],
+    )
 
 
 @cache
@@ -287,7 +373,7 @@ def _unchanged(answer: Callable, loop: Callable) -> bool:
 def _body(function: Callable) -> str | None:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):
+    except (OSError, TypeError, SyntaxError, ValueError):
         return None
     node = tree.body[0] if tree.body else None
     if not isinstance(node, ast.FunctionDef):
@@ -368,7 +454,22 @@ def _which(code: str, mine: Trace) -> str:
 def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     if a is None or b is None:
         return a is b
-    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    return a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _equal(a: object, b: object) -> bool:
+    """Two settings (an lr, a max_norm) as numbers, equal to 1e-6; else ``a is b``."""
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
+    except (TypeError, ValueError, RuntimeError):
+        return a is b
+
+
+def _fmt(value: object) -> str:
+    try:
+        return format(float(value), ".4g")
+    except (TypeError, ValueError, RuntimeError):
+        return repr(value)
 
 
 def _norm(step: dict) -> float:
@@ -388,17 +489,108 @@ def _ratio(mine: dict, ref: dict) -> float | None:
     return c if torch.allclose(a, c * b, rtol=1e-4, atol=1e-6) else None
 
 
-def _window_hint(name: str, step: int, mine: dict, ref: dict) -> str:
+def _same_run(mine: Trace, other: Trace) -> bool:
+    """Whether ``mine`` stepped exactly as ``other`` did: the same gradients at every step
+    and the same final weights."""
+    if len(mine.steps) != len(other.steps) or set(mine.final) != set(other.final):
+        return False
+    for m, o in zip(mine.steps, other.steps, strict=True):
+        if set(m) != set(o) or not all(_close(m[p][0], o[p][0]) for p in o):
+            return False
+    return all(_close(mine.final[p], other.final[p]) for p in other.final)
+
+
+def _repaired_b_with(divide_by: str) -> Callable:
+    """The correct loop B with one mistake in its division: ``"nothing"`` (losses not
+    divided) or ``"k"`` (the short last window divided by k too)."""
+
+    def loop(model, optimizer, batches, scheduler, k=K):
+        for window in windows(batches, k):
+            optimizer.zero_grad()
+            for inputs, targets in window:
+                loss = F.mse_loss(model(inputs), targets)
+                (loss if divide_by == "nothing" else loss / k).backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=MAX_NORM["B"])
+            optimizer.step()
+            scheduler.step()
+
+    return loop
+
+
+# Loop B's division mistakes, each told by running the correct loop with it: clipping cuts
+# a window's gradient down to norm 5, so a ratio of gradients cannot show the division.
+B_DIVISION_MISTAKES = {
+    "nothing": "its losses are not divided at all, so each step used the sum of its "
+    "window's gradients, 4 times their mean on a full window (the clip then cut it down "
+    "to norm 5, which hides how large it was): divide each loss by its window's length, "
+    "4, 4 and 2",
+    "k": "the short last window's losses must be divided by its real length, 2, not by "
+    "k=4: divided by 4 it got half its gradient",
+}
+
+
+@cache
+def _division_mistake(divide_by: str) -> Trace:
+    return trace("B", _repaired_b_with(divide_by))
+
+
+CLIP_PLACE = {
+    "B": "once per window, after its last backward() and before optimizer.step()",
+    "E": "after scaler.unscale_(optimizer) and before scaler.step(optimizer)",
+}
+
+
+def _clip_hint(name: str, step: int, m: dict, r: dict, mine: Trace) -> str | None:
+    """For the loops that clip (B, E): a clip with another max_norm or norm, or a step that
+    used an unclipped gradient (no clip ran, or it ran after the step)."""
+    if name not in MAX_NORM:
+        return None
+    limit = MAX_NORM[name]
+    used = f"step {step} used a gradient of norm {_norm(m):.4g}, the correct loop's {_norm(r):.4g}"
+    for call in mine.clips:
+        if not _equal(call["max_norm"], limit):
+            return (
+                f"clip_grad_norm_ ran with max_norm={_fmt(call['max_norm'])} where loop {name} "
+                f"clips at max_norm={limit:g}, so {used}: keep max_norm={limit:g}"
+            )
+        if not _equal(call["norm_type"], 2.0):
+            return (
+                f"clip_grad_norm_ ran with norm_type={_fmt(call['norm_type'])} where loop "
+                f"{name} clips the 2-norm (norm_type=2, the default), so {used}"
+            )
+    if _norm(m) <= limit * (1 + 1e-3):
+        return None
+    over = f"step {step} used a gradient of norm {_norm(m):.4g}, more than max_norm={limit:g}"
+    step_call = "optimizer.step()" if name == "B" else "scaler.step(optimizer)"
+    if mine.clips:
+        return (
+            f"{over}: clip_grad_norm_ ran, but only after {step_call} had used the "
+            f"gradients, so it clipped nothing that mattered. Clip {CLIP_PLACE[name]}"
+        )
+    return (
+        f"{over}: nothing clipped it, no clip_grad_norm_ ran. Call "
+        f"nn.utils.clip_grad_norm_(model.parameters(), max_norm={limit:g}) {CLIP_PLACE[name]}"
+    )
+
+
+def _window_hint(name: str, step: int, mine: Trace, m: dict, r: dict) -> str:
     """Why step ``step`` (counted from 1) used another gradient than the correct loop's."""
+    clip = _clip_hint(name, step, m, r, mine)
+    if clip is not None:
+        return clip
     n = WINDOWS[name][step - 1]
     what = f"step {step} (a window of {n} micro-batches)" if name in ("B", "D") else f"step {step}"
-    used = f"{what} used a gradient of norm {_norm(mine):.4g}, the correct loop's {_norm(ref):.4g}"
-    ratio = _ratio(mine, ref)
-    if name == "B" and n < K:
-        return (
-            f"{used}: the short last window's losses must be divided by its real length, "
-            f"{n}, not by k={K}, and clipped once, after its last backward()"
-        )
+    used = f"{what} used a gradient of norm {_norm(m):.4g}, the correct loop's {_norm(r):.4g}"
+    if name == "B":
+        for divide_by, hint in B_DIVISION_MISTAKES.items():
+            if _same_run(mine, _division_mistake(divide_by)):
+                return f"{used}: {hint}"
+        if max(_norm(m), _norm(r)) >= MAX_NORM["B"] * (1 - 1e-3):  # clipped: no ratio
+            return (
+                f"{used}: divide each loss by its window's length (4, 4 and 2), one "
+                "backward() per micro-batch, then clip once and step"
+            )
+    ratio = _ratio(m, r)
     if name in ("B", "D"):
         if ratio is not None and math.isclose(n / ratio, K, rel_tol=1e-3) and n < K:
             return (
@@ -417,18 +609,11 @@ def _window_hint(name: str, step: int, mine: dict, ref: dict) -> str:
                 "number of micro-batches in that window"
             )
         return f"{used}: divide each loss by its window's length, one backward() each"
-    if name == "E":
-        norm, limit = _norm(mine), MAX_NORM["E"]
-        if norm > limit * (1 + 1e-3):
-            return (
-                f"{used}: more than max_norm={limit:g}, so it was never clipped. Clip after "
-                "scaler.unscale_(optimizer) and before scaler.step(optimizer)"
-            )
-        if norm < limit * (1 - 1e-3):
-            return (
-                f"{used}: unscale_ divided by the scale gradients that were never "
-                "multiplied by it. backward() must run on scaler.scale(loss)"
-            )
+    if name == "E" and _norm(m) < MAX_NORM["E"] * (1 - 1e-3):
+        return (
+            f"{used}: unscale_ divided by the scale gradients that were never "
+            "multiplied by it. backward() must run on scaler.scale(loss)"
+        )
     return used
 
 
@@ -436,8 +621,14 @@ def _describe(settings: dict | None, other: dict | None) -> str:
     """A param group's settings, those that differ from ``other`` first."""
     if settings is None:
         return "no param group"
-    keys = [key for key in settings if other is None or settings[key] != other[key]]
-    return ", ".join(f"{key}={settings[key]:g}" for key in keys or settings)
+    keys = [key for key in settings if other is None or not _equal(settings[key], other[key])]
+    return ", ".join(f"{key}={_fmt(settings[key])}" for key in keys or settings)
+
+
+def _same_settings(a: dict | None, b: dict | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return all(_equal(a[key], b[key]) for key in b)
 
 
 START_HINTS = {
@@ -445,11 +636,116 @@ START_HINTS = {
     "old one with model[-1].reset_parameters()), and nothing else random before it",
 }
 SETTINGS_HINTS = {
-    "B": "Call scheduler.step() once per window, right after optimizer.step(): a scheduler "
-    "stepped before the optimizer lowers the rate one step too early",
     "C": "The new head must train with the optimizer's settings (lr=0.01, momentum=0.9): "
     "add_param_group fills them in when you leave them out",
 }
+LAYOUT_HINTS = {
+    "C": "Keep the new head as loop C makes it, model[-1] = nn.Linear(16, 1), with its "
+    "weight and its bias, and change no other layer",
+}
+FROZEN_HINTS = {
+    "C": {
+        "trunk": "Loop C fine-tunes the whole model on the new task: the trunk keeps "
+        "training beside the new head. Leave requires_grad as it is, and only add the new "
+        "head to the optimizer",
+        "head": "The new head must train: leave requires_grad as it is, and add the head "
+        "to the optimizer",
+    },
+}
+REPLACED_HINTS = {
+    "C": "the head is replaced in every iteration, so each step trains a fresh random head "
+    "that the next iteration throws away (the optimizer keeps stepping the old ones): make "
+    "the new head once, before the loop",
+}
+
+
+def _layout(weights: dict) -> dict[str, tuple]:
+    return {
+        name: (tuple(w.shape), w.dtype)
+        for name, w in (
+            (name, value[1] if isinstance(value, tuple) else value)
+            for name, value in weights.items()
+        )
+    }
+
+
+def _layout_hint(name: str, mine: dict, ref: dict) -> str:
+    """What differs between two models' parameters (names, shapes, dtypes)."""
+    parts = []
+    missing = [p for p in ref if p not in mine]
+    extra = [p for p in mine if p not in ref]
+    if missing:
+        parts.append(f"yours lacks {', '.join(missing)}")
+    if extra:
+        parts.append(f"yours has {', '.join(extra)}, which the correct loop's model does not")
+    for p in ref:
+        if p in mine and mine[p] != ref[p]:
+            (shape, dtype), (want_shape, want_dtype) = mine[p], ref[p]
+            parts.append(
+                f"{p} is {dtype}, not {want_dtype}"
+                if dtype != want_dtype
+                else f"{p} has shape {list(shape)}, not {list(want_shape)}"
+            )
+    dtypes = set(mine) == set(ref) and all(mine[p][0] == ref[p][0] for p in ref)
+    fix = (
+        "Keep the model's dtype, float32, the batches' dtype"
+        if dtypes
+        else LAYOUT_HINTS.get(name, "Train the model as given: add, remove or replace no layer")
+    )
+    return "the model's parameters differ from the correct loop's: " + "; ".join(parts) + ". " + fix
+
+
+def _frozen_hint(name: str, mine: Trace, ref: Trace) -> str | None:
+    """Parameters the correct loop trains that the learner froze (requires_grad False)."""
+    frozen = [
+        p
+        for p, param in mine.run.model.named_parameters()
+        if not param.requires_grad and p in ref.final
+    ]
+    if not frozen:
+        return None
+    hints = FROZEN_HINTS.get(name, {})
+    head = all(p.startswith("2.") for p in frozen)
+    fix = hints.get("head" if head else "trunk") or (
+        f"Every layer trains in loop {name}: leave requires_grad as it is"
+    )
+    return (
+        f"{', '.join(frozen)} had no gradient: requires_grad_(False) froze them, so they "
+        f"never train. {fix}"
+    )
+
+
+def _lrs(run: Trace) -> list:
+    return [
+        next((settings["lr"] for _, _, settings in step.values() if settings is not None), None)
+        for step in run.steps
+    ]
+
+
+def _schedule_hint(mine: Trace, ref: Trace) -> str | None:
+    """Loop B: the learning rate of each step against the correct loop's."""
+    got, want = _lrs(mine), _lrs(ref)
+    if all(_equal(a, b) for a, b in zip(got, want, strict=True)):
+        return None
+    n, steps = mine.scheduler_steps, len(mine.steps)
+    rates = (
+        f"the {steps} steps trained with lr={', '.join(map(_fmt, got))}, the correct "
+        f"loop's with {', '.join(map(_fmt, want))}"
+    )
+    if n is not None and n < steps:
+        ran = {0: "never stepped", 1: "stepped once (as if once per epoch)"}.get(
+            n, f"stepped {n} times"
+        )
+        return (
+            f"the scheduler your loop was given {ran} in {steps} optimizer steps, so "
+            f"{rates}: call scheduler.step() once per window, right after optimizer.step()"
+        )
+    if all(_equal(a, b) for a, b in zip(got[:-1], want[1:], strict=True)):
+        return (
+            f"{rates}. Call scheduler.step() once per window, right after optimizer.step(): "
+            "a scheduler stepped before the optimizer lowers the rate one step too early"
+        )
+    return f"{rates}: call scheduler.step() once per window, right after optimizer.step()"
 
 
 def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
@@ -460,7 +756,19 @@ def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
             f"your loop made {len(mine.steps)} optimizer step(s); the correct one makes "
             f"{len(ref.steps)}, on windows of {sizes} micro-batch(es)"
         )
+    for m, r in [*zip(mine.steps, ref.steps, strict=True), (mine.final, ref.final)]:
+        if _layout(m) != _layout(r):
+            return _layout_hint(name, _layout(m), _layout(r))
+    if name == "B" and (hint := _schedule_hint(mine, ref)) is not None:
+        return hint
     for step, (m, r) in enumerate(zip(mine.steps, ref.steps, strict=True), 1):
+        if 1 < step <= len(mine.params):
+            now, before = mine.params[step - 1], mine.params[step - 2]
+            replaced = [p for p in now if p in before and now[p] is not before[p]]
+            if replaced:
+                return f"{', '.join(replaced)} are new tensors at step {step}: " + (
+                    REPLACED_HINTS.get(name, "make each layer once, before the loop")
+                )
         missing = [p for p in r if m[p][0] is None and r[p][0] is not None]
         extra = [p for p in r if m[p][0] is not None and r[p][0] is None]
         if missing or extra:
@@ -470,7 +778,7 @@ def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
                 else f"at step {step}, {', '.join(extra)} had a gradient the correct loop's do not"
             )
         for param, (_, weight, settings) in m.items():
-            if settings != r[param][2]:
+            if not _same_settings(settings, r[param][2]):
                 return (
                     f"at step {step}, {param} trained with {_describe(settings, r[param][2])}"
                     f" where the correct loop uses {_describe(r[param][2], settings)}. "
@@ -488,26 +796,86 @@ def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
                     "step twice?"
                 )
         if not all(_close(m[p][0], r[p][0]) for p in r):
-            return _window_hint(name, step, m, r)
+            return _window_hint(name, step, mine, m, r)
     if not all(_close(mine.final[p], ref.final[p]) for p in ref.final):
         return "the last step moved the weights differently from the correct loop's"
     return None
+
+
+def _loop_a_losses(model, optimizer, batches):
+    losses = []
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@cache
+def _reference_losses() -> tuple[float, ...]:
+    """Each micro-batch's loss in the correct loop A (the loop the checker ran: when its
+    steps match, so do its losses)."""
+    return tuple(trace("A", _loop_a_losses).run.result)
 
 
 def _result_hint(name: str, mine: object, ref: object) -> str | None:
     """Loop A returns the epoch's mean loss: the repaired loop must too."""
     if ref is None:
         return None
-    if isinstance(mine, torch.Tensor) and mine.numel() == 1:
-        mine = mine.item()
-    if isinstance(mine, bool) or not isinstance(mine, (int, float)):
+    try:
+        value = as_number(mine, "the result")
+    except AnswerKindError:
         kind = "None" if mine is None else type(mine).__name__
         return f"loop {name} returns the epoch's mean loss, a number; yours returned {kind}"
-    if math.isclose(mine, ref * N_BATCHES, rel_tol=1e-5):
-        return f"your loop returns the sum of the losses, {mine:.4f}: divide by len(batches)"
-    if not math.isclose(mine, ref, rel_tol=1e-5):
-        return f"your loop returns {mine:.4f}; the epoch's mean loss is {ref:.4f}"
-    return None
+    if math.isclose(value, ref, rel_tol=1e-5):
+        return None
+    losses = _reference_losses()
+    n, total = len(losses), sum(losses)
+    if math.isclose(value, total, rel_tol=1e-5):
+        return f"your loop returns the sum of the losses, {value:.4f}: divide by len(batches)"
+    replaced = (
+        "running_loss = ... replaces the running total in every iteration: add each batch's "
+        "loss to it (running_loss += loss.item()), then divide by len(batches)"
+    )
+    if math.isclose(value, losses[-1], rel_tol=1e-5):
+        return (
+            f"your loop returns {value:.4f}, the last batch's loss, not the mean of all "
+            f"{n}, {ref:.4f}: {replaced}"
+        )
+    if math.isclose(value, losses[-1] / n, rel_tol=1e-5):
+        return (
+            f"your loop returns {value:.4f}, the last batch's loss divided by {n}, not the "
+            f"mean of all {n}, {ref:.4f}: {replaced}"
+        )
+    if value == total // n:
+        return (
+            f"your loop returns {value:g}, the mean rounded down: // is floor division, "
+            "divide with / instead"
+        )
+    return f"your loop returns {value:.4f}; the epoch's mean loss is {ref:.4f}"
+
+
+def _moved(mine: Trace) -> bool:
+    """Whether any parameter the model started with changed."""
+    return any(
+        param.shape != start.shape or not torch.equal(param.detach(), start)
+        for param, start in mine.start
+    )
+
+
+NO_SCALE = (
+    "your loop never called scaler.scale(loss): backward() must run on the scaled loss, "
+    "scaler.scale(loss).backward(), then scaler.unscale_(optimizer), clip, "
+    "scaler.step(optimizer) and scaler.update(), once per batch"
+)
+OPTIMIZER_STEP = (
+    "optimizer.step() was called instead of scaler.step(optimizer): scaler.step checks the "
+    "unscaled gradients for inf/NaN and skips the step when they overflowed, optimizer.step() "
+    "writes them into the weights. These batches never overflow, so the weights came out "
+    "right here; the first overflow would ruin them"
+)
 
 
 PASSED = {
@@ -541,28 +909,49 @@ def _check_repair(name: str, answer) -> CheckResult:
             f"it as {CALLS[name]}"
         )
     loop = as_function(answer, CALLS[name])
+    try:
+        problem = _problem(name, loop)
+    except LearnerCodeError as error:
+        if "optimizer.step" in getattr(error, "scaler_calls", ()):
+            return wrong(OPTIMIZER_STEP + f" (and then: {error}).")
+        raise
+    except Exception as error:  # what the loop did to the model or optimizer broke the check
+        return wrong(
+            f"the check could not follow your loop to the end ({type(error).__name__}: "
+            f"{error}). Start again from loop {name} as given, and change only what is wrong."
+        )
+    if problem is not None:
+        return wrong(problem)
+    return correct(f"Loop {name}: " + PASSED[name].format(result=_reference(name).run.result))
+
+
+def _problem(name: str, loop: Callable) -> str | None:
+    """What is still wrong with the learner's ``loop`` (a repair of loop ``name``), or None."""
     mine, ref = trace(name, _as_learner(loop)), _reference(name)
     given = f"This is still loop {name} as given. " if _unchanged(loop, LOOPS[name]) else ""
     if not mine.steps:
-        moved = mine.run.weight_change() > 0
-        return wrong(
-            given
-            + (
-                "The optimizer your loop was given never stepped, yet the weights moved: it "
-                "trained another optimizer, built inside it. The caller keeps (and the "
-                "check audits) the one it passed in: train with that one."
-                if moved
-                else "No optimizer.step() ran: the loop trained nothing."
-            )
+        return given + (
+            "The optimizer your loop was given never stepped, yet the weights moved: it "
+            "trained another optimizer, built inside it. The caller keeps (and the check "
+            "audits) the one it passed in: train with that one."
+            if _moved(mine)
+            else "No optimizer.step() ran: the loop trained nothing."
         )
+    frozen = _frozen_hint(name, mine, ref)
+    if frozen is not None:
+        return given + frozen + "."
+    if name == "E" and "scale" not in mine.scaler_calls:
+        return given + NO_SCALE + "."
     if mine.run.codes:
         findings = [f"{code}: {_fix(name, code)}{_which(code, mine)}." for code in mine.run.codes]
         count = f"{len(findings)} findings. " if len(findings) > 1 else ""
-        return wrong(given + "The auditor still reports " + count + " ".join(findings))
+        return given + "The auditor still reports " + count + " ".join(findings)
+    if "optimizer.step" in mine.scaler_calls:
+        return given + "The auditor reports nothing, but " + OPTIMIZER_STEP + "."
     difference = _difference(name, mine, ref) or _result_hint(name, mine.run.result, ref.run.result)
     if difference:
-        return wrong(given + "The auditor reports nothing, but " + difference + ".")
-    return correct(f"Loop {name}: " + PASSED[name].format(result=ref.run.result))
+        return given + "The auditor reports nothing, but " + difference + "."
+    return None
 
 
 def check_repair_a(answer) -> CheckResult:
