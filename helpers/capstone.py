@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import json
 import os
@@ -150,8 +151,9 @@ VARIANTS = {
     "window's token count, the same for all its micro-batches",
     "no last window": "the short last window (1 micro-batch) was never stepped: windows of "
     "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))",
-    "no clip": "the gradient was not clipped: clip_grad_norm_(model.parameters(), "
-    f"{MAX_NORM:g}) once per window, after scaler.unscale_(optimizer)",
+    "no clip": "the gradient was clipped at the wrong norm, or not at all: clip the unscaled "
+    f"gradient to max_norm={MAX_NORM:g}, clip_grad_norm_(model.parameters(), {MAX_NORM:g}) once "
+    "per window, after scaler.unscale_(optimizer)",
 }
 
 
@@ -210,9 +212,17 @@ def _global_micro_tokens(data, i: int) -> int:
 
 
 # ------------------------------------------------------------------ the learner's source
+LAMBDA = (
+    "write your function with def in a cell, not as a lambda: the check runs its source in "
+    "fresh processes"
+)
+
+
 def function_source(function: Callable) -> str:
     """The source of ``function``'s ``def`` (decorators dropped), dedented, for a module of
     its own; ``ValueError`` when its source cannot be read or is not a ``def``."""
+    if getattr(function, "__name__", None) == "<lambda>":
+        raise ValueError(LAMBDA)
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
@@ -251,29 +261,69 @@ def has_placeholder(source: str) -> bool:
 # ------------------------------------------------------------------ the rank program
 class ScalerSpy:
     """Records the calls on one GradScaler (``scale``, ``unscale_``, ``step``, ``update``) and
-    the optimizer steps that did not come from ``scaler.step``."""
+    the optimizer steps that did not come from ``scaler.step``. A call made by the scaler
+    itself (``step`` unscales when the loop did not) is not the loop's: not recorded."""
 
     def __init__(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer):
         self.calls: list[str] = []
         self.inside_step = False
+        self._depth = 0  # scaler calls in progress
         for name in ("scale", "unscale_", "step", "update"):  # the class's methods, looked up
             setattr(scaler, name, self._record(scaler, name))  # at each call (the auditor's)
         optimizer.register_step_pre_hook(self._optimizer_step)
 
     def _record(self, scaler, name):
         def call(*args, **kwargs):
-            self.calls.append(name)
-            self.inside_step = name == "step"
+            outer = self._depth == 0
+            if outer:
+                self.calls.append(name)
+                self.inside_step = name == "step"
+            self._depth += 1
             try:
                 return getattr(type(scaler), name)(scaler, *args, **kwargs)
             finally:
-                self.inside_step = False
+                self._depth -= 1
+                if outer:
+                    self.inside_step = False
 
         return call
 
     def _optimizer_step(self, *_):
         if not self.inside_step:
             self.calls.append("optimizer.step")
+
+
+class ClipSpy:
+    """While entered, records the ``max_norm`` of each ``clip_grad_norm_`` call (through
+    ``torch.nn.utils`` or ``torch.nn.utils.clip_grad``) in :attr:`norms`."""
+
+    MODULES = (torch.nn.utils, torch.nn.utils.clip_grad)
+
+    def __init__(self):
+        self.norms: list[float] = []
+        self._saved: list = []
+
+    def __enter__(self) -> ClipSpy:
+        self._saved = [(module, module.clip_grad_norm_) for module in self.MODULES]
+        for module, original in self._saved:
+            module.clip_grad_norm_ = self._record(original)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, original in self._saved:
+            module.clip_grad_norm_ = original
+
+    def _record(self, original):
+        @functools.wraps(original)
+        def clip_grad_norm_(parameters, *args, **kwargs):
+            limit = args[0] if args else kwargs.get("max_norm")
+            try:
+                self.norms.append(float(limit))
+            except (TypeError, ValueError, RuntimeError):
+                pass  # not a number: clip_grad_norm_ itself says what is wrong
+            return original(parameters, *args, **kwargs)
+
+        return clip_grad_norm_
 
 
 def _learner_function(path: str, name: str) -> Callable:
@@ -315,10 +365,11 @@ def main(argv: list[str] | None = None) -> None:
     data = capstone_data(rank, world)
     if rank == OVERFLOW[0]:
         add_overflow(model, data[OVERFLOW[1]][0])
-    try:
-        train = call_learner(_learner_function, args.source, args.name)
-        with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
-            call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
+    try:  # the clip spy first: the learner's module may import clip_grad_norm_ by name
+        with ClipSpy() as clips:
+            train = call_learner(_learner_function, args.source, args.name)
+            with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
+                call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
     except LearnerCodeError as error:
         report = {"error": str(error), "kind": type(error.error).__name__, "calls": spy.calls}
         (out / f"error{rank}.json").write_text(json.dumps({**report, "time": time.time()}))
@@ -333,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
             "across_ranks": max((g - weights).abs().max().item() for g in gathered),
             "findings": [[f.code, f.message] for f in audit.findings],
             "calls": spy.calls,
+            "max_norms": clips.norms,
             "lrs": lrs,
             "scale": scaler.get_scale(),
             "allreduces": counter.calls,

@@ -316,7 +316,7 @@ def test_a_ranks_exception_is_what_the_error_shows():
 
 def amp_window_variant(
     divide="len", zero="start", set_to_none=True, unscale=True, clip="window",
-    step="scaler", update="after",
+    step="scaler", update="after", norm=1.0,
 ):  # fmt: skip
     """An ``amp_window`` written one way, or with one mistake."""
 
@@ -337,19 +337,31 @@ def amp_window_variant(
                 optimizer.zero_grad()
             if update == "each micro-batch":
                 scaler.update()
+            if unscale == "each micro-batch":
+                scaler.unscale_(optimizer)
             if clip == "each micro-batch":
-                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                nn.utils.clip_grad_norm_(model.parameters(), norm)
+            if step == "each micro-batch":
+                scaler.step(optimizer)
+                scaler.update()
         if clip == "before unscale":
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        if unscale:
+            nn.utils.clip_grad_norm_(model.parameters(), norm)
+        if unscale is True:
             scaler.unscale_(optimizer)
         if clip == "window":
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            nn.utils.clip_grad_norm_(model.parameters(), norm)
         if update == "before step":
             scaler.update()
-        scaler.step(optimizer) if step == "scaler" else optimizer.step()
-        if update == "after":
+        if step == "scaler":
+            scaler.step(optimizer)
+        elif step == "optimizer":
+            optimizer.step()
+        if update in ("after", "twice") and step != "each micro-batch":
             scaler.update()
+        if update == "twice":
+            scaler.update()
+        if clip == "after step":
+            nn.utils.clip_grad_norm_(model.parameters(), norm)
         if zero == "after step":
             optimizer.zero_grad(set_to_none=set_to_none)
 
@@ -386,6 +398,17 @@ def test_the_amp_window_checker_accepts_a_correct_window_however_written(written
         ({"step": "optimizer"}, "optimizer.step() was called instead of scaler.step"),
         ({"zero": None}, "zero_grad() is missing or misplaced"),
         ({"zero": "each micro-batch"}, "zero_grad() is misplaced"),
+        # the root cause, not its symptoms (a pending clip, a missing update, windows of 1)
+        ({"step": None}, "scaler.step(optimizer) never ran"),
+        ({"unscale": "each micro-batch"}, "unscale_(optimizer) ran twice in one window"),
+        (
+            {"unscale": "each micro-batch", "clip": "each micro-batch"},
+            "unscale_(optimizer) ran twice in one window",
+        ),
+        ({"step": "each micro-batch"}, "stepped 9 times for 3 windows, every micro-batch"),
+        ({"update": "twice"}, "scaler.update() ran twice in a row"),
+        ({"norm": 0.5}, "clipped at max_norm=0.5: clip the unscaled gradient to max_norm=1.0"),
+        ({"clip": "after step"}, "before scaler.step(optimizer)"),
     ],
 )
 def test_the_amp_window_checker_names_each_mistake(mistake, hint):
@@ -393,6 +416,77 @@ def test_the_amp_window_checker_names_each_mistake(mistake, hint):
 
     result = check_amp_window(amp_window_variant(**mistake))
     assert not result.passed and hint in result.message, result.message
+    for symptom in ("clipped after each micro-batch", "update() is missing", "zero_grad() is"):
+        if symptom not in hint:
+            assert symptom not in result.message, result.message
+    assert "accumulation_steps=" not in result.message  # the auditor's configuration wording
+
+
+def summed_window(shared_autocast: bool):
+    """``amp_window`` with one backward() on the window's summed loss."""
+
+    def amp_window(model, optimizer, scaler, window):
+        optimizer.zero_grad()
+        if shared_autocast:  # one autocast block: its bfloat16 weight casts are cached
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = sum(F.mse_loss(model(x), y) for x, y in window) / len(window)
+        else:
+            losses = []
+            for x, y in window:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    losses.append(F.mse_loss(model(x), y) / len(window))
+            loss = sum(losses)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+    return amp_window
+
+
+def test_one_backward_on_the_summed_loss_is_judged_by_its_weights():
+    """The auditor sees windows of 1 backward pass; the checker accepts the window when its
+    weights are the course's, else it asks for a backward per micro-batch, without the
+    auditor's wording about declaring accumulation_steps."""
+    from helpers.exercises.at_scale import check_amp_window
+
+    same = check_amp_window(summed_window(shared_autocast=False))
+    assert same.passed and "summed loss" in same.message and "memory" in same.message
+    differs = check_amp_window(summed_window(shared_autocast=True))
+    assert not differs.passed and "backward once per micro-batch" in differs.message
+    assert "accumulation_steps" not in differs.message and "declare" not in differs.message
+
+    def backward_after_the_loop(model, optimizer, scaler, window):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.mse_loss(model(inputs), targets) / len(window)
+        scaler.scale(loss).backward()  # only the last micro-batch's loss
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+    last = check_amp_window(backward_after_the_loop)
+    assert not last.passed and "only the last micro-batch's loss" in last.message, last.message
+
+
+def test_hints_name_the_root_cause_first():
+    from helpers.exercises.at_scale import finding_hint, scaler_error_hint
+
+    findings = [("clip-per-micro-batch", "..."), ("leftover-gradients", "...")]
+    no_step = ["scale", "scale", "unscale_", "update"] * 2
+    assert finding_hint(findings, no_step, windows=2).startswith("scaler.step(optimizer) never")
+    two_steps = ["scale", "unscale_", "step", "update"] * 2 + ["scale", "unscale_", "update"]
+    assert "call scaler.step(optimizer)" in finding_hint(findings, two_steps, windows=3)
+    assert "after each micro-batch" in finding_hint(findings)  # no calls: the auditor's order
+    assert finding_hint([]) is None
+    twice = "unscale_() has already been called on this optimizer since the last update()."
+    assert "ran twice" in scaler_error_hint(twice, ["scale", "unscale_", "scale", "unscale_"])
+    after = "unscale_() is being called after step()."
+    calls = ["scale", "unscale_", "step", "scale", "unscale_"]
+    assert "update() is missing" in scaler_error_hint(after, calls)
 
 
 def test_the_overflow_window_tells_scaler_step_from_optimizer_step():

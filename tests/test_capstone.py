@@ -172,7 +172,22 @@ MISTAKES = {
         "ran before scaler.step(optimizer)",
     ),
     "no scheduler": ([("        scheduler.step()\n", "")], "scheduler.step() never ran"),
-    "no clipping": ([(CLIP, "")], "the gradient was not clipped"),
+    "no clipping": ([(CLIP, "")], "clipped at the wrong norm, or not at all"),
+    "clipping at 1.0": (  # the same weights as no clipping: the spy names the norm used
+        [(CLIP, CLIP.replace("0.3", "1.0"))],
+        "clipped at max_norm=1.0: clip the unscaled gradient to max_norm=0.3",
+    ),
+    "unscale_ per micro-batch": (  # the hint is not "update() is missing"
+        [
+            ("        scaler.unscale_(optimizer)\n", ""),
+            (BACKWARD, BACKWARD + "            scaler.unscale_(optimizer)\n"),
+        ],
+        "unscale_(optimizer) ran twice in one window",
+    ),
+    "no scaler.step": (  # the hint is not "clipped after each micro-batch"
+        [("        scaler.step(optimizer)\n", "")],
+        "scaler.step(optimizer) never ran",
+    ),
     "model.module instead of the DDP model": (
         [("logits = model(inputs)", "logits = model.module(inputs)")],
         "not model.module",
@@ -294,8 +309,20 @@ def test_function_source_and_placeholders():
     assert source.startswith("def decorated(model):")
     assert capstone.has_placeholder("def f():\n    ...\n")
     assert not capstone.has_placeholder("def f():\n    return 1\n")
-    with pytest.raises(ValueError, match="write your function with `def"):
+    with pytest.raises(ValueError, match="not as a lambda") as error:
         capstone.function_source(lambda x: x)
+    assert "<lambda>" not in str(error.value)
+
+
+def test_the_clip_spy_records_each_max_norm_and_restores_the_function():
+    original = torch.nn.utils.clip_grad_norm_
+    weight = torch.nn.Parameter(torch.ones(3))
+    weight.grad = torch.full((3,), 10.0)
+    with capstone.ClipSpy() as clips:
+        torch.nn.utils.clip_grad_norm_([weight], 1.0)
+        torch.nn.utils.clip_grad.clip_grad_norm_([weight], max_norm=0.3)
+    assert clips.norms == [1.0, 0.3] and torch.nn.utils.clip_grad_norm_ is original
+    assert abs(weight.grad.norm().item() - 0.3) < 1e-6
 
 
 # ------------------------------------------------------------------ the checker
@@ -345,7 +372,7 @@ def test_answers_of_the_wrong_kind_launch_nothing():
         (unfinished, "still has `...`"),
         (
             lambda model, optimizer, scheduler, scaler, micro_batches, k: None,
-            "write your function with `def",
+            "write your function with def in a cell, not as a lambda",
         ),
     ]:
         result = check_capstone(answer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable
 
@@ -122,7 +123,24 @@ FINDING_HINTS = {
     "the step).",
     "scheduler-per-micro-batch": "scheduler.step() ran in the micro-batch loop: step it once "
     "per window, after the optimizer's step.",
+    "window-length": "the backward passes and the steps do not line up: call "
+    "scaler.scale(loss).backward() once per micro-batch, and step once per window, after its "
+    "last backward().",
 }
+CLIP_PER_MICRO_BATCH = (
+    "the gradients were clipped after each micro-batch: clip once per window, after its last "
+    "backward() and scaler.unscale_(optimizer)."
+)
+MISSING_STEP = (
+    "scaler.step(optimizer) never ran: the window's gradients were never stepped (the "
+    "weights did not move). Once per window: scaler.unscale_(optimizer), clip, "
+    "scaler.step(optimizer), then scaler.update()."
+)
+DOUBLE_UNSCALE = (
+    "scaler.unscale_(optimizer) ran twice in one window (torch: 'unscale_() has already been "
+    "called on this optimizer since the last update()'): unscale once per window, after its "
+    "last backward(), then clip, step and update."
+)
 
 OPTIMIZER_STEP = (
     "optimizer.step() was called instead of scaler.step(optimizer): scaler.step skips a "
@@ -141,6 +159,8 @@ def scaler_error_hint(text: str, calls: list[str]) -> str:
     update_then_step = any(pair == ("update", "step") for pair in itertools.pairwise(before))
     unscaled_twice = ("unscale_() has already been called", "unscale_() is being called after")
     if any(fragment in text for fragment in unscaled_twice):
+        if failing == "unscale_" and "unscale_" in since and "step" not in since:
+            return DOUBLE_UNSCALE  # the scaler was never stepped in between: unscaled twice
         if "update" not in calls:
             return (
                 "scaler.update() is missing: call it once per window, after "
@@ -153,7 +173,17 @@ def scaler_error_hint(text: str, calls: list[str]) -> str:
                 "once per window (else the next window's unscale_ fails)."
             )
         return text
+    if "step() has already been called since the last update()" in text and "update" not in calls:
+        return (
+            "scaler.update() is missing: call it once per window, after scaler.step(optimizer) "
+            "(without it the next window's step fails)."
+        )
     if "No inf checks were recorded" in text:
+        if failing == "update" and before and not since:
+            return (
+                "scaler.update() ran twice in a row ('No inf checks were recorded' for the "
+                "second): update once per window, right after scaler.step(optimizer)."
+            )
         if "optimizer.step" in since:
             return OPTIMIZER_STEP + " (update() then finds no inf check to use.)"
         if failing == "step":
@@ -174,18 +204,47 @@ def scaler_error_hint(text: str, calls: list[str]) -> str:
     return text
 
 
-def finding_hint(findings) -> str | None:
-    """The hint for the loop auditor's findings (clipping per micro-batch first: with a
-    scaler it is also clipping before unscale_), or None when there are none."""
-    codes = [finding.code for finding in findings]
-    if "clip-per-micro-batch" in codes:
+def calls_hint(calls: list[str], windows: int) -> str | None:
+    """A root cause seen in the scaler calls (:class:`helpers.capstone.ScalerSpy`) over
+    ``windows`` windows, which the loop auditor's findings would only show as symptoms (no
+    step: gradients clipped and never stepped; a step per micro-batch: a missing zero_grad
+    and windows of 1); or None."""
+    steps = calls.count("step") + calls.count("optimizer.step")
+    if "scale" in calls and steps == 0:
+        return MISSING_STEP
+    if steps > windows:
+        every = "every micro-batch" if steps >= calls.count("scale") else "more than once a window"
         return (
-            "the gradients were clipped after each micro-batch: clip once per window, after "
-            "its last backward() and scaler.unscale_(optimizer)."
+            f"the optimizer stepped {steps} times for {windows} windows, {every}. In the "
+            "micro-batch loop only scale the loss and call backward(); after it, once per "
+            "window: unscale_, clip, scaler.step(optimizer), scaler.update()."
         )
-    for finding in findings:
-        return FINDING_HINTS.get(finding.code, f"{finding.code}: {finding.message}")
     return None
+
+
+def finding_hint(findings, calls: list[str] | None = None, windows: int = 0, hints=None):
+    """The hint for the loop auditor's ``findings`` (:class:`Finding` objects or
+    ``(code, message)`` pairs), ordered by root cause: first what the scaler ``calls`` over
+    ``windows`` windows show (:func:`calls_hint`), then a window never stepped when some
+    step was missing (its pending clip also reads as clipping per micro-batch), then clipping
+    per micro-batch (with a scaler it is also clipping before unscale_), then the first
+    finding, from ``hints`` (default :data:`FINDING_HINTS`). None when there are none."""
+    pairs = [(f.code, f.message) if hasattr(f, "code") else tuple(f) for f in findings]
+    if not pairs:
+        return None
+    hints = {**FINDING_HINTS, **(hints or {})}
+    codes = [code for code, _ in pairs]
+    if calls is not None:
+        root = calls_hint(calls, windows)
+        if root is not None:
+            return root
+        steps = calls.count("step") + calls.count("optimizer.step")
+        if "leftover-gradients" in codes and steps < windows:
+            return hints["leftover-gradients"]
+    if "clip-per-micro-batch" in codes:
+        return CLIP_PER_MICRO_BATCH
+    code, message = pairs[0]
+    return hints.get(code, f"{code}: {message}")
 
 
 def _placeholder_left(function: Callable) -> bool:
@@ -196,6 +255,7 @@ def _placeholder_left(function: Callable) -> bool:
 
 
 AMP_RTOL, AMP_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7 (README)
+AMP_MAX_NORM = 1.0
 AMP_MISTAKES = {
     "no division": "each micro-batch's loss must be divided by the window's size "
     "(len(window)): without it the window's gradient is the sum, not the mean, of its "
@@ -227,7 +287,9 @@ def check_amp_window(amp_window: object) -> CheckResult:
     """Exercise 06.4: ``amp_window(model, optimizer, scaler, window)`` runs one accumulation
     window with a GradScaler (bfloat16 autocast on the CPU, MSE loss, clipping to norm 1.0).
     Over three windows (the second one overflows) it must match the course's
-    ``train_accumulating``, with no finding from the loop auditor."""
+    ``train_accumulating``, with no finding from the loop auditor (but for one backward per
+    window, on the summed loss: judged by its weights alone). Hints name the root cause
+    (from the scaler's calls) before the auditor's findings."""
     if is_unanswered(amp_window):
         return wrong(NOT_ANSWERED)
     amp_window = as_function(amp_window, AMP_CALL)
@@ -237,16 +299,33 @@ def check_amp_window(amp_window: object) -> CheckResult:
     reference, ref_scaler = _amp_reference(windows)
     start = _weights(model)
     spy = capstone.ScalerSpy(scaler, optimizer)
+    backwards = []  # the backward passes that reached the model, in each window
+
+    def count_backward(_parameter):
+        backwards[-1] += 1
+
+    next(model.parameters()).register_post_accumulate_grad_hook(count_backward)
     try:
-        with LoopAuditor(model, optimizer, accumulation_steps=3, scaler=scaler) as audit:
+        with (
+            capstone.ClipSpy() as clips,
+            LoopAuditor(model, optimizer, accumulation_steps=3, scaler=scaler) as audit,
+        ):
             for window in windows:
+                backwards.append(0)
                 call_learner(amp_window, model, optimizer, scaler, window)
     except LearnerCodeError as error:
         return wrong(scaler_error_hint(str(error), spy.calls))
-    hint = finding_hint(audit.findings)
+    got, expected = _weights(model), reference
+    summed = (  # one backward on the window's summed loss: the auditor sees windows of 1
+        {finding.code for finding in audit.findings} == {"window-length"}
+        and backwards == [1] * len(windows)
+        and spy.calls.count("step") == spy.calls.count("update") == len(windows)
+    )
+    if summed:
+        return _judge_summed(got, expected, start)
+    hint = finding_hint(audit.findings, spy.calls, len(windows))
     if hint is not None:
         return wrong(hint)
-    got, expected = _weights(model), reference
     if "optimizer.step" in spy.calls or not torch.isfinite(got).all():
         return wrong(OPTIMIZER_STEP)
     if torch.equal(got, start):
@@ -257,8 +336,19 @@ def check_amp_window(amp_window: object) -> CheckResult:
             "windows: once per window, after scaler.step(optimizer)."
         )
     if not torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
+        norms = sorted({n for n in clips.norms if n != AMP_MAX_NORM and not math.isinf(n)})
+        if norms:
+            return wrong(
+                f"the gradient was clipped at max_norm={norms[0]}: clip the unscaled "
+                f"gradient to max_norm={AMP_MAX_NORM}, once per window."
+            )
         for mistake, hint in AMP_MISTAKES.items():
             if torch.allclose(got, _amp_reference(windows, mistake), rtol=1e-4, atol=1e-5):
+                if mistake == "no clip" and clips.norms:
+                    hint = (
+                        "clip_grad_norm_ ran, but its clipping did not reach the step: clip "
+                        "after scaler.unscale_(optimizer) and before scaler.step(optimizer)."
+                    )
                 return wrong(hint)
         moved, should = (got - start).norm().item(), (expected - start).norm().item()
         return wrong(
@@ -271,6 +361,27 @@ def check_amp_window(amp_window: object) -> CheckResult:
     return correct(
         "one scale per window, unscaled once, clipped once, one step and update; the "
         "overflowing window was skipped and the scale halved."
+    )
+
+
+def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor) -> CheckResult:
+    """The verdict on a window with one backward() (on the window's summed loss, or only on
+    its last micro-batch's)."""
+    if torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
+        return correct(
+            "one backward() on the window's summed loss gives the course's weights here (each "
+            "forward in its own autocast block), and the overflowing window was skipped. Note "
+            "the cost: the summed loss keeps every micro-batch's graph in memory until its "
+            "backward, what accumulation's backward per micro-batch avoids."
+        )
+    off = ((got - expected).norm() / (expected - start).norm()).item()
+    return wrong(
+        f"one backward() per window, and the weights are {off:.2%} (of the distance they "
+        "moved) away from the course's: backward once per micro-batch, "
+        "scaler.scale(loss).backward() inside the loop, so that each micro-batch's gradient "
+        "adds up in the float32 .grad. A backward after the loop sees only the last "
+        "micro-batch's loss; on the window's summed loss, forwards that share one autocast "
+        "block add their gradients in bfloat16 (its cached bfloat16 copies of the weights)."
     )
 
 
@@ -354,14 +465,9 @@ def _judge_capstone(results: dict) -> CheckResult:
             f"{results['across_ranks']:.3g}): run the DDP model itself (model(inputs), not "
             "model.module), so that its backward all-reduces the gradients."
         )
-    codes = [code for code, _ in results["findings"]]
-    if "clip-per-micro-batch" in codes:
-        return wrong(
-            "the gradients were clipped after each micro-batch: clip once per window, after "
-            "its last backward() and scaler.unscale_(optimizer)."
-        )
-    for code, message in results["findings"]:
-        return wrong(CAPSTONE_FINDING_HINTS.get(code) or FINDING_HINTS.get(code, message))
+    hint = finding_hint(results["findings"], calls, windows, CAPSTONE_FINDING_HINTS)
+    if hint is not None:
+        return wrong(hint)
     if "optimizer.step" in calls or "step" not in calls or not torch.isfinite(got).all():
         return wrong(OPTIMIZER_STEP)
     steps = calls.count("step")
@@ -401,6 +507,13 @@ def _judge_capstone(results: dict) -> CheckResult:
             "the weights would be the same)."
         )
     if not torch.allclose(got, reference["weights"], rtol=CAPSTONE_RTOL, atol=CAPSTONE_ATOL):
+        norms = {n for n in results["max_norms"] if n != capstone.MAX_NORM and not math.isinf(n)}
+        if norms:
+            return wrong(
+                f"the gradient was clipped at max_norm={min(norms)}: clip the unscaled "
+                f"gradient to max_norm={capstone.MAX_NORM:g}, once per window, after "
+                "scaler.unscale_(optimizer)."
+            )
         start = capstone.flat_weights(capstone.make_model())
         should = (reference["weights"] - start).norm()
         for variant, hint in capstone.VARIANTS.items():
