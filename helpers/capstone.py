@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import functools
 import inspect
 import json
 import os
@@ -42,6 +41,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.models import TokenModel
+from helpers.spies import ClipSpy, ScalerSpy
 
 WORLD = 2
 K = 3  # micro-batches per window: 10 micro-batches make windows of 3, 3, 3 and 1
@@ -259,73 +259,6 @@ def has_placeholder(source: str) -> bool:
 
 
 # ------------------------------------------------------------------ the rank program
-class ScalerSpy:
-    """Records the calls on one GradScaler (``scale``, ``unscale_``, ``step``, ``update``) and
-    the optimizer steps that did not come from ``scaler.step``. A call made by the scaler
-    itself (``step`` unscales when the loop did not) is not the loop's: not recorded."""
-
-    def __init__(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer):
-        self.calls: list[str] = []
-        self.inside_step = False
-        self._depth = 0  # scaler calls in progress
-        for name in ("scale", "unscale_", "step", "update"):  # the class's methods, looked up
-            setattr(scaler, name, self._record(scaler, name))  # at each call (the auditor's)
-        optimizer.register_step_pre_hook(self._optimizer_step)
-
-    def _record(self, scaler, name):
-        def call(*args, **kwargs):
-            outer = self._depth == 0
-            if outer:
-                self.calls.append(name)
-                self.inside_step = name == "step"
-            self._depth += 1
-            try:
-                return getattr(type(scaler), name)(scaler, *args, **kwargs)
-            finally:
-                self._depth -= 1
-                if outer:
-                    self.inside_step = False
-
-        return call
-
-    def _optimizer_step(self, *_):
-        if not self.inside_step:
-            self.calls.append("optimizer.step")
-
-
-class ClipSpy:
-    """While entered, records the ``max_norm`` of each ``clip_grad_norm_`` call (through
-    ``torch.nn.utils`` or ``torch.nn.utils.clip_grad``) in :attr:`norms`."""
-
-    MODULES = (torch.nn.utils, torch.nn.utils.clip_grad)
-
-    def __init__(self):
-        self.norms: list[float] = []
-        self._saved: list = []
-
-    def __enter__(self) -> ClipSpy:
-        self._saved = [(module, module.clip_grad_norm_) for module in self.MODULES]
-        for module, original in self._saved:
-            module.clip_grad_norm_ = self._record(original)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for module, original in self._saved:
-            module.clip_grad_norm_ = original
-
-    def _record(self, original):
-        @functools.wraps(original)
-        def clip_grad_norm_(parameters, *args, **kwargs):
-            limit = args[0] if args else kwargs.get("max_norm")
-            try:
-                self.norms.append(float(limit))
-            except (TypeError, ValueError, RuntimeError):
-                pass  # not a number: clip_grad_norm_ itself says what is wrong
-            return original(parameters, *args, **kwargs)
-
-        return clip_grad_norm_
-
-
 def _learner_function(path: str, name: str) -> Callable:
     import importlib.util
 

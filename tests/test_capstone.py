@@ -11,6 +11,7 @@ import torch
 
 from helpers import capstone
 from helpers.exercises.at_scale import check_capstone
+from helpers.spies import ClipSpy
 
 HEADER = """\
 import contextlib
@@ -318,10 +319,11 @@ def test_the_clip_spy_records_each_max_norm_and_restores_the_function():
     original = torch.nn.utils.clip_grad_norm_
     weight = torch.nn.Parameter(torch.ones(3))
     weight.grad = torch.full((3,), 10.0)
-    with capstone.ClipSpy() as clips:
+    with ClipSpy() as clips:
         torch.nn.utils.clip_grad_norm_([weight], 1.0)
         torch.nn.utils.clip_grad.clip_grad_norm_([weight], max_norm=0.3)
     assert clips.norms == [1.0, 0.3] and torch.nn.utils.clip_grad_norm_ is original
+    assert clips.calls == [{"max_norm": 1.0, "norm_type": 2.0}, {"max_norm": 0.3, "norm_type": 2.0}]
     assert abs(weight.grad.norm().item() - 0.3) < 1e-6
 
 

@@ -26,7 +26,6 @@ from helpers.exercises.pitfalls import (
     CALLS,
     LOOPS,
     REPAIRED,
-    ClipSpy,
     check_clipped_norm,
     check_repair,
     check_repair_a,
@@ -38,6 +37,7 @@ from helpers.exercises.pitfalls import (
     trace,
 )
 from helpers.models import make_mlp
+from helpers.spies import ClipSpy
 
 CHECKS = {
     "A": check_repair_a,

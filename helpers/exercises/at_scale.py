@@ -25,6 +25,7 @@ from helpers.checks import (
     number_checker,
     wrong,
 )
+from helpers.spies import ClipSpy, ScalerSpy
 
 check_effective_batch = number_checker(
     8 * 16 * 4,
@@ -150,7 +151,7 @@ OPTIMIZER_STEP = (
 
 def scaler_error_hint(text: str, calls: list[str]) -> str:
     """A hint for an exception (its message ``text``) raised by the GradScaler, from the
-    scaler calls that led to it (:class:`helpers.capstone.ScalerSpy`, the failing call
+    scaler calls that led to it (:class:`helpers.spies.ScalerSpy`, the failing call
     last); else ``text`` itself."""
     failing = calls[-1] if calls else ""
     before = calls[:-1]
@@ -205,7 +206,7 @@ def scaler_error_hint(text: str, calls: list[str]) -> str:
 
 
 def calls_hint(calls: list[str], windows: int) -> str | None:
-    """A root cause seen in the scaler calls (:class:`helpers.capstone.ScalerSpy`) over
+    """A root cause seen in the scaler calls (:class:`helpers.spies.ScalerSpy`) over
     ``windows`` windows, which the loop auditor's findings would only show as symptoms (no
     step: gradients clipped and never stepped; a step per micro-batch: a missing zero_grad
     and windows of 1); or None."""
@@ -298,7 +299,7 @@ def check_amp_window(amp_window: object) -> CheckResult:
     model, optimizer, scaler, windows = _amp_setup()
     reference, ref_scaler = _amp_reference(windows)
     start = _weights(model)
-    spy = capstone.ScalerSpy(scaler, optimizer)
+    spy = ScalerSpy(scaler, optimizer)
     backwards = []  # the backward passes that reached the model, in each window
 
     def count_backward(_parameter):
@@ -307,7 +308,7 @@ def check_amp_window(amp_window: object) -> CheckResult:
     next(model.parameters()).register_post_accumulate_grad_hook(count_backward)
     try:
         with (
-            capstone.ClipSpy() as clips,
+            ClipSpy() as clips,
             LoopAuditor(model, optimizer, accumulation_steps=3, scaler=scaler) as audit,
         ):
             for window in windows:

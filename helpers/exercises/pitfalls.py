@@ -16,7 +16,6 @@ a ❌ with a hint, never a traceback.
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 import math
 import textwrap
@@ -31,7 +30,6 @@ from torch.nn import functional as F
 
 from helpers.accumulation import windows
 from helpers.audit import CODES
-from helpers.capstone import ScalerSpy
 from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,
@@ -48,6 +46,7 @@ from helpers.checks import (
 )
 from helpers.models import make_mlp
 from helpers.pitfalls import AuditedRun, audited_run, make_teacher_batches
+from helpers.spies import ClipSpy, ScalerSpy
 
 # ---------------------------------------------------------------- the loops to repair
 
@@ -231,50 +230,13 @@ def _settings(group: dict | None) -> dict | None:
     return {key: group.get(key) for key in ("lr", "momentum", "dampening", "weight_decay")}
 
 
-class ClipSpy:
-    """Inside a ``with`` block, records every ``clip_grad_norm_`` call made through
-    ``torch.nn.utils`` (or ``torch.nn.utils.clip_grad``): its ``max_norm`` and ``norm_type``.
-    A function imported by name before the block is not seen."""
-
-    MODULES = (torch.nn.utils, torch.nn.utils.clip_grad)
-
-    def __init__(self):
-        self.calls: list[dict] = []
-        self._originals: list[tuple[object, Callable]] = []
-
-    def _wrap(self, original: Callable) -> Callable:
-        @functools.wraps(original)
-        def clip(parameters, *args, **kwargs):
-            self.calls.append(
-                {
-                    "max_norm": args[0] if args else kwargs.get("max_norm"),
-                    "norm_type": args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0),
-                }
-            )
-            return original(parameters, *args, **kwargs)
-
-        return clip
-
-    def __enter__(self) -> ClipSpy:
-        for module in self.MODULES:
-            original = module.clip_grad_norm_
-            self._originals.append((module, original))
-            module.clip_grad_norm_ = self._wrap(original)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        while self._originals:
-            module, original = self._originals.pop()
-            module.clip_grad_norm_ = original
-
-
 @dataclass
 class Trace:
     """A loop run by the repair checker: the audited run, what every step used, the final
     weights by parameter name; each parameter it started with and its start value, the
     parameter tensors each step
     saw, the clip_grad_norm_ calls, how often the scheduler stepped (None without one) and
-    the GradScaler's calls (:class:`helpers.capstone.ScalerSpy`)."""
+    the GradScaler's calls (:class:`helpers.spies.ScalerSpy`)."""
 
     run: AuditedRun
     steps: list[dict]
