@@ -22,10 +22,8 @@ from torch.nn import functional as F
 
 from helpers.accumulation import windows
 from helpers.exercises import pitfalls
+from helpers.exercises.pitfall_loops import CALLS, LOOPS, REPAIRED
 from helpers.exercises.pitfalls import (
-    CALLS,
-    LOOPS,
-    REPAIRED,
     check_clipped_norm,
     check_repair,
     check_repair_a,
@@ -33,9 +31,8 @@ from helpers.exercises.pitfalls import (
     check_repair_c,
     check_repair_d,
     check_repair_e,
-    record_steps,
-    trace,
 )
+from helpers.exercises.repair_trace import record_steps, trace
 from helpers.models import make_mlp
 from helpers.spies import ClipSpy
 

@@ -11,17 +11,16 @@ clip after the step, a scheduler stepped once per epoch, optimizer.step() in pla
 scaler.step) rather than what it did to a gradient; loop B's division mistakes are told by
 running the correct loop with each of them. Whatever the learner's loop does, the answer is
 a ❌ with a hint, never a traceback.
+
+The loops and their correct versions are in :mod:`helpers.exercises.pitfall_loops`; running
+and recording a loop is :mod:`helpers.exercises.repair_trace`; here, the diagnosis and the
+checkers.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
 import math
-import textwrap
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 
 import torch
@@ -37,311 +36,22 @@ from helpers.checks import (
     LearnerCodeError,
     as_function,
     as_number,
-    call_learner,
     checker,
     correct,
     is_unanswered,
     number_checker,
     wrong,
 )
-from helpers.models import make_mlp
-from helpers.pitfalls import AuditedRun, audited_run, make_teacher_batches
-from helpers.spies import ClipSpy, ScalerSpy
-
-# ---------------------------------------------------------------- the loops to repair
-
-
-def loop_a(model, optimizer, batches):
-    running_loss = 0.0
-    for inputs, targets in batches:
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        running_loss += loss
-    return running_loss / len(batches)
-
-
-def loop_b(model, optimizer, batches, scheduler, k=4):
-    optimizer.zero_grad()
-    for i, (inputs, targets) in enumerate(batches):
-        loss = F.mse_loss(model(inputs), targets) / k
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
-        if (i + 1) % k == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-        scheduler.step()
-
-
-def loop_c(model, optimizer, batches):
-    model[-1] = nn.Linear(16, 1)  # a fresh head for the new task
-    for inputs, targets in batches:
-        loss = F.mse_loss(model(inputs), targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-
-def loop_d(model, optimizer, batches, k=4):
-    optimizer.zero_grad()
-    for i, (inputs, targets) in enumerate(batches):
-        loss = F.mse_loss(model(inputs), targets) / k
-        loss.backward()
-        if (i + 1) % k == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-    if len(batches) % k != 0:  # the last, short window
-        optimizer.step()
-        optimizer.zero_grad()
-
-
-def loop_e(model, optimizer, batches, scaler):
-    for inputs, targets in batches:
-        optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = F.mse_loss(model(inputs).float(), targets)
-        scaler.scale(loss).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-        scaler.unscale_(optimizer)
-        scaler.step(optimizer)
-        scaler.update()
-
-
-# ---------------------------------------------------------------- the correct loops
-
-
-def repaired_a(model, optimizer, batches):
-    running_loss = 0.0
-    for inputs, targets in batches:
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        running_loss += loss.item()
-    return running_loss / len(batches)
-
-
-def repaired_b(model, optimizer, batches, scheduler, k=4):
-    for window in windows(batches, k):
-        optimizer.zero_grad()
-        for inputs, targets in window:
-            loss = F.mse_loss(model(inputs), targets) / len(window)
-            loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
-        optimizer.step()
-        scheduler.step()
-
-
-def repaired_c(model, optimizer, batches):
-    model[-1] = nn.Linear(16, 1)
-    optimizer.add_param_group({"params": model[-1].parameters()})
-    for inputs, targets in batches:
-        loss = F.mse_loss(model(inputs), targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-
-def repaired_d(model, optimizer, batches, k=4):
-    for window in windows(batches, k):
-        optimizer.zero_grad()
-        for inputs, targets in window:
-            loss = F.mse_loss(model(inputs), targets) / len(window)
-            loss.backward()
-        optimizer.step()
-
-
-def repaired_e(model, optimizer, batches, scaler):
-    for inputs, targets in batches:
-        optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = F.mse_loss(model(inputs).float(), targets)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-        scaler.step(optimizer)
-        scaler.update()
-
-
-LOOPS = {"A": loop_a, "B": loop_b, "C": loop_c, "D": loop_d, "E": loop_e}
-REPAIRED = {"A": repaired_a, "B": repaired_b, "C": repaired_c, "D": repaired_d, "E": repaired_e}
-CALLS = {
-    "A": "loop_a(model, optimizer, batches)",
-    "B": "loop_b(model, optimizer, batches, scheduler)",
-    "C": "loop_c(model, optimizer, batches)",
-    "D": "loop_d(model, optimizer, batches)",
-    "E": "loop_e(model, optimizer, batches, scaler)",
-}
-N_BATCHES, K = 10, 4
-WINDOWS = {  # the backward passes each step of the correct loop uses
-    "A": [1] * N_BATCHES,
-    "B": [4, 4, 2],
-    "C": [1] * N_BATCHES,
-    "D": [4, 4, 2],
-    "E": [1] * N_BATCHES,
-}
-MAX_NORM = {"B": 5.0, "E": 1.0}
-
-
-def _options(name: str) -> dict:
-    """What audited_run gets for loop ``name``: fresh each run (a scheduler and a scaler
-    keep state)."""
-    if name == "B":
-        return {
-            "accumulation_steps": K,
-            "make_scheduler": lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.9),
-        }
-    if name == "D":
-        return {"accumulation_steps": K}
-    if name == "E":
-        return {"scaler": torch.amp.GradScaler("cpu", init_scale=2.0**10)}
-    return {}
-
-
-# ---------------------------------------------------------------- running and recording
-
-
-def record_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[dict]:
-    """Before every ``optimizer.step()``, keep what it is about to use: for each parameter
-    its gradient, its weight and its param group's settings (None when in no group)."""
-    steps = []
-
-    def before_step(optimizer, args, kwargs):
-        groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
-        steps.append(
-            {
-                name: (
-                    None if p.grad is None else p.grad.detach().clone(),
-                    p.detach().clone(),
-                    _settings(groups.get(id(p))),
-                )
-                for name, p in model.named_parameters()
-            }
-        )
-
-    optimizer.register_step_pre_hook(before_step)
-    return steps
-
-
-def _settings(group: dict | None) -> dict | None:
-    if group is None:
-        return None
-    return {key: group.get(key) for key in ("lr", "momentum", "dampening", "weight_decay")}
-
-
-@dataclass
-class Trace:
-    """A loop run by the repair checker: the audited run, what every step used, the final
-    weights by parameter name; each parameter it started with and its start value, the
-    parameter tensors each step
-    saw, the clip_grad_norm_ calls, how often the scheduler stepped (None without one) and
-    the GradScaler's calls (:class:`helpers.spies.ScalerSpy`)."""
-
-    run: AuditedRun
-    steps: list[dict]
-    final: dict[str, torch.Tensor]
-    start: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    params: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    clips: list[dict] = field(default_factory=list)
-    scheduler_steps: int | None = None
-    scaler_calls: list[str] = field(default_factory=list)
-
-
-def trace(name: str, loop: Callable) -> Trace:
-    """Run ``loop`` the way the checker of loop ``name`` does: under the auditor, on 10
-    micro-batches, from the same seeded model and random state, recording every step.
-
-    A :class:`LearnerCodeError` from the loop is raised with ``scaler_calls`` set."""
-    name = _name(name)
-    model = make_mlp((8, 16, 1), seed=0)
-    start = [(p, p.detach().clone()) for p in model.parameters()]
-    options = _options(name)
-    recorded: list[list[dict]] = []
-    params: list[dict[str, torch.Tensor]] = []
-    spies: list[ScalerSpy] = []
-    schedulers: list = []
-
-    def make_optimizer(given):
-        optimizer = torch.optim.SGD(given, lr=0.01, momentum=0.9)
-        recorded.append(record_steps(model, optimizer))
-        optimizer.register_step_pre_hook(lambda *_: params.append(dict(model.named_parameters())))
-        if "scaler" in options:
-            spies.append(ScalerSpy(options["scaler"], optimizer))
-        return optimizer
-
-    if "make_scheduler" in options:
-        make_scheduler = options["make_scheduler"]
-
-        def keep_scheduler(optimizer):
-            schedulers.append(make_scheduler(optimizer))
-            return schedulers[-1]
-
-        options["make_scheduler"] = keep_scheduler
-
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), ClipSpy() as clips:
-        warnings.simplefilter("ignore")  # a scheduler stepped too early warns; hints explain
-        torch.manual_seed(0)
-        try:
-            run = audited_run(
-                loop,
-                make_teacher_batches(n_batches=N_BATCHES),
-                model=model,
-                make_optimizer=make_optimizer,
-                **options,
-            )
-        except LearnerCodeError as error:
-            error.scaler_calls = list(spies[0].calls) if spies else []
-            raise
-    final = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return Trace(
-        run,
-        recorded[0],
-        final,
-        start=start,
-        params=params,
-        clips=clips.calls,
-        scheduler_steps=schedulers[0].last_epoch if schedulers else None,
-        scaler_calls=list(spies[0].calls) if spies else [],
-    )
-
-
-@cache
-def _reference(name: str) -> Trace:
-    return trace(name, REPAIRED[name])
-
-
-def _name(name: str) -> str:
-    if not isinstance(name, str) or name.upper() not in LOOPS:
-        raise ValueError(f"name must be one of {', '.join(LOOPS)}, got {name!r}")
-    return name.upper()
-
-
-def _as_learner(loop: Callable) -> Callable:
-    """The learner's loop as audited_run calls it; the scheduler or scaler goes in by
-    position, so the learner may name that parameter as they like."""
-
-    def learner_loop(model, optimizer, batches, **extras):
-        return call_learner(loop, model, optimizer, batches, *extras.values())
-
-    return learner_loop
-
-
-def _unchanged(answer: Callable, loop: Callable) -> bool:
-    """Whether ``answer`` is ``loop`` as given (a copy, comments and name aside)."""
-    return _body(answer) is not None and _body(answer) == _body(loop)
-
-
-def _body(function: Callable) -> str | None:
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError, ValueError):
-        return None
-    node = tree.body[0] if tree.body else None
-    if not isinstance(node, ast.FunctionDef):
-        return None
-    return ast.dump(node.args) + ast.dump(ast.Module(node.body, []))
-
+from helpers.exercises.pitfall_loops import CALLS, LOOPS, MAX_NORM, WINDOWS, K
+from helpers.exercises.repair_trace import (
+    Trace,
+    _as_learner,
+    _name,
+    _reference,
+    _unchanged,
+    trace,
+)
+from helpers.exercises.repair_trace import record_steps as record_steps  # notebook 05 shows it
 
 # ---------------------------------------------------------------- what is still wrong
 
