@@ -278,19 +278,14 @@ def diagnose_number(
     expected: float,
     known_mistakes: dict[float, str],
     fallback: str,
-    *,
-    twice_hint: str | None = None,
 ) -> CheckResult:
-    """Compare a numeric answer. A wrong one gets the hint of the known mistake it equals;
-    else, when it is exactly twice ``expected`` and ``twice_hint`` is given, that hint
-    (for example "was `.grad` zeroed before the second backward?"); else ``fallback``."""
+    """Compare a numeric answer. A wrong one gets the hint of the known mistake it equals,
+    else ``fallback``."""
     if number_matches(answer, expected):
         return correct(f"{expected:g} is right.")
     for value, hint in known_mistakes.items():
         if number_matches(answer, value):
             return wrong(f"{answer:g} is not it. {hint}")
-    if twice_hint is not None and expected != 0 and number_matches(answer, 2 * expected):
-        return wrong(f"{answer:g} is exactly 2x the expected value: {twice_hint}")
     return wrong(f"{answer:g} is not it. {fallback}")
 
 
@@ -300,7 +295,6 @@ def number_checker(
     fallback: str,
     *,
     doc: str,
-    twice_hint: str | None = None,
 ) -> Callable[[object], CheckResult]:
     """A checker for a numeric question. ``misconceptions`` maps the number each common
     mistake gives to a hint that names the mistake; ``expected`` may be computed (a function
@@ -321,7 +315,6 @@ def number_checker(
             expected_value(),
             misconceptions,
             fallback,
-            twice_hint=twice_hint,
         )
 
     check.__doc__ = doc

@@ -87,11 +87,10 @@ def test_numbers_refuse_other_kinds_with_what_is_expected(answer, message):
     assert isinstance(raised.value, TypeError)
 
 
-def test_an_answer_twice_the_expected_one_gets_the_exercises_twice_hint():
-    result = diagnose_number(8.0, 4.0, {}, "fallback", twice_hint="was `.grad` zeroed?")
-    assert_hint(result, "exactly 2x", "was `.grad` zeroed?")
-    assert_hint(diagnose_number(8.0, 4.0, {}, "fallback"), "fallback")
-    assert_hint(diagnose_number(5.0, 4.0, {}, "fallback", twice_hint="x"), "fallback")
+def test_a_number_gets_its_mistakes_hint_else_the_fallback():
+    assert diagnose_number(4.0, 4.0, {8.0: "doubled"}, "fallback").passed
+    assert_hint(diagnose_number(8.0, 4.0, {8.0: "doubled"}, "fallback"), "8 is not it. doubled")
+    assert_hint(diagnose_number(5.0, 4.0, {8.0: "doubled"}, "fallback"), "fallback")
     assert wrong("x").passed is False
 
 

@@ -36,12 +36,8 @@ def grad_after_sequence() -> float:
     return w.grad.item()
 
 
-def _expected_after_sequence() -> float:
-    return grad_after_sequence()
-
-
 _check_grad_number = number_checker(
-    _expected_after_sequence,
+    grad_after_sequence,
     {
         4.0: "That is 2 * w for w = 2, but step() moved w before the last backward: "
         "w = 2 - 0.1 * (4 + 4) = 1.2.",
