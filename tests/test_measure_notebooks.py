@@ -149,6 +149,19 @@ def test_memory_over_budget_in_one_round_fails_a_fast_notebook():
     assert verdicts(rounds)["nb"] is True
 
 
+def test_a_notebook_with_its_own_budget_is_judged_by_it_and_only_it():
+    name = next(iter(mn.EXTRA_SECONDS_FOR))
+    own = mn.EXTRA_SECONDS_FOR[name]
+    assert own > mn.EXTRA_SECONDS
+    between = (mn.EXTRA_SECONDS + own) / 2
+    floor = [2.0, 2.0, 2.0]
+    rounds = make_rounds(floor, **{name: [2.0 + between] * 3, "other.ipynb": [2.0 + between] * 3})
+    assert verdicts(rounds) == {FLOOR: None, name: True, "other.ipynb": False}
+    over = make_rounds(floor, **{name: [2.0 + own + 0.1] * 3})
+    assert verdicts(over)[name] is False
+    assert f"{name.split('_')[0]}: {own:g} s" in mn.how_measured(3, pinned=True)
+
+
 def test_time_verdict_boundary():
     assert mn.within_budget(5.0, 300.0, 300.0)
     assert not mn.within_budget(5.01, 300.0, 300.0)

@@ -15,8 +15,9 @@ floor measured alongside it: time the machine adds to every run (a slower start,
 neighbour) cancels, and one round disturbed by a passing load is outvoted. Peak memory is the
 maximum over rounds.
 
-Budget per notebook: extra time within EXTRA_SECONDS (5 s), peak memory within MEMORY_FACTOR
-(2x) the floor's peak.
+Budget per notebook: extra time within EXTRA_SECONDS (5 s; a notebook named in
+EXTRA_SECONDS_FOR gets its own: 07 starts several multi-process runs and compiles, 10 s), peak
+memory within MEMORY_FACTOR (2x) the floor's peak.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from run_notebooks import execute
 from sync_notebooks import setup_source
 
 EXTRA_SECONDS = 5.0
+# Notebooks with a budget of their own: what they teach needs the time, and the README says so.
+EXTRA_SECONDS_FOR = {"07_training_stacks.ipynb": 10.0}
 MEMORY_FACTOR = 2.0
 DEFAULT_ROUNDS = 3
 FLOOR = "floor (imports only)"
@@ -83,9 +86,17 @@ def median_extra(seconds: Sequence[float], floor_seconds: Sequence[float]) -> fl
     return statistics.median(s - f for s, f in zip(seconds, floor_seconds, strict=True))
 
 
-def within_budget(extra: float, peak_mib: float, floor_peak_mib: float) -> bool:
-    """Within floor + EXTRA_SECONDS of wall time and MEMORY_FACTOR x the floor's peak memory."""
-    return extra <= EXTRA_SECONDS and peak_mib <= MEMORY_FACTOR * floor_peak_mib
+def allowed_extra(name: str) -> float:
+    """The extra seconds over the floor that notebook ``name`` may take."""
+    return EXTRA_SECONDS_FOR.get(name, EXTRA_SECONDS)
+
+
+def within_budget(
+    extra: float, peak_mib: float, floor_peak_mib: float, allowed: float = EXTRA_SECONDS
+) -> bool:
+    """Within floor + ``allowed`` seconds of wall time (EXTRA_SECONDS unless the notebook has
+    its own) and MEMORY_FACTOR x the floor's peak memory."""
+    return extra <= allowed and peak_mib <= MEMORY_FACTOR * floor_peak_mib
 
 
 def summarize(rounds: Sequence[Round]) -> list[Row]:
@@ -110,7 +121,7 @@ def summarize(rounds: Sequence[Round]) -> list[Row]:
         seconds = [measured[name]["seconds"] for measured in rounds]
         extra = median_extra(seconds, floor_seconds)
         peak = max(measured[name]["peak_mib"] for measured in rounds)
-        ok = within_budget(extra, peak, floor_peak)
+        ok = within_budget(extra, peak, floor_peak, allowed_extra(name))
         rows.append(Row(name, statistics.median(seconds), extra, peak, ok))
     return rows
 
@@ -126,9 +137,17 @@ def how_measured(rounds: int, pinned: bool) -> str:
     return (
         f"Median of {rounds} {plural} on {where}; each round runs the floor, then each notebook,"
         f" each in a fresh kernel. Extra = the notebook's time minus the floor's in the same round."
-        f" Budget: extra within {EXTRA_SECONDS:g} s, peak memory (max over rounds) within"
-        f" {MEMORY_FACTOR:g}x the floor's."
+        f" Budget: extra within {EXTRA_SECONDS:g} s{own_budgets()}, peak memory (max over rounds)"
+        f" within {MEMORY_FACTOR:g}x the floor's."
     )
+
+
+def own_budgets() -> str:
+    """The notebooks with a budget of their own, as a parenthesis for the how-measured line."""
+    if not EXTRA_SECONDS_FOR:
+        return ""
+    named = ", ".join(f"{name.split('_')[0]}: {s:g} s" for name, s in EXTRA_SECONDS_FOR.items())
+    return f" ({named})"
 
 
 HEADER = (
@@ -310,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         update_readme(text)
     if not within:
         print(
-            f"over budget: keep each notebook within floor + {EXTRA_SECONDS:g} s "
+            f"over budget: keep each notebook within floor + {EXTRA_SECONDS:g} s{own_budgets()} "
             f"and {MEMORY_FACTOR:g}x the floor's peak memory"
         )
     return 0 if within else 1
