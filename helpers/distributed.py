@@ -137,3 +137,165 @@ def run_ddp_accumulation(
         args = [f"--out={out}", f"--k={k}", f"--micro-batch={micro_batch}", f"--repeats={repeats}"]
         launch("helpers.ddp_accumulation", args, nproc=nproc, timeout=timeout)
         return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _check_nproc(nproc) -> int:
+    _positive_int(nproc, "nproc")
+    if nproc < 2:
+        raise ValueError(
+            f"nproc must be at least 2 (the cases compare ranks with one another), got {nproc}"
+        )
+    return nproc
+
+
+def _stacks_run(program: str, args: list[str], nproc: int, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "results.json"
+        launch("helpers.stacks_ranks", [program, f"--out={out}", *args], nproc, timeout)
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def run_training_stacks(
+    k: int = 3, micro_batch: int = 4, nproc: int = 2, timeout: float = 120
+) -> dict:
+    """Run ``helpers.stacks_ranks stacks`` on ``nproc`` gloo CPU ranks (one launch) and
+    return rank 0's measurements (every difference is the worst over the ranks):
+
+    - ``"token_loss"``: padded token batches, ``k`` micro-batches of ``micro_batch``
+      sequences per rank, different token counts per rank. ``"tokens_per_rank"``,
+      ``"global_tokens"``; ``"naive_rel_error"`` (each micro-batch's own token mean, DDP
+      averaging: relative error of the gradient vs one process on all the data);
+      ``"scale_before_max_diff"`` (loss sum * world / all-reduced count, before backward);
+      ``"scale_after_max_diff"`` (backward of the sums, count all-reduced during the last
+      backward, ``p.grad *= world / count`` once); ``"scale_after_vs_before_max_diff"``;
+      ``"max_norm"``, ``"true_grad_norm"`` (one process), ``"norm_clipping_sees"`` (clipping
+      after the scaling) and ``"norm_before_scaling"`` (what clipping would see before it).
+    - ``"join"``: rank 0 ``k`` micro-batches, the others ``k - 1``, one SGD step.
+      ``"micro_batches_per_rank"``, ``"last_joiner"``, and for each way (``"join,
+      accumulating in .grad"``, ``"join, each micro-batch all-reduced on its own"``, ``"join,
+      each micro-batch all-reduced on its own, divide by ranks still running"``, ``"no_sync
+      until each rank's last micro-batch"``): ``"grad_max_diff_vs_single_process_last_joiner"``,
+      ``"grad_rel_error_vs_single_process_last_joiner"``,
+      ``"weights_max_diff_vs_single_process"``.
+    - ``"distributed_sampler"``: ``"padding"`` and ``"drop_last"``, each with
+      ``"sequences"``, ``"sequences_per_rank"``, ``"micro_batches_per_rank"``,
+      ``"repeated_sequences"``, ``"dropped_sequences"``, ``"rel_error_vs_single_process"``
+      (vs one process on every sequence once) and
+      ``"max_diff_vs_one_process_on_what_ranks_saw"``.
+    - ``"fsdp2"``: two ``fully_shard`` blocks and a root without parameters.
+      ``"fsdp_groups_with_parameters"``, ``"parameters"``, and for ``"sync every
+      micro-batch"`` and ``"sync on the last only"`` (``set_requires_gradient_sync``):
+      ``"reduce_scatters_per_step"``, ``"collectives"`` (c10d op name -> count),
+      ``"grad_max_diff_vs_single_process"`` (``p.grad.full_tensor()``),
+      ``"grad_bytes_held_between_micro_batches"`` (per rank).
+    - ``"bucket_view"``: ``gradient_as_bucket_view=True``. ``"grad_is_view"``,
+      ``"grad_grad_fn_is_none"``, ``"grads_inside_bucket_buffers"``,
+      ``"detach_in_place_error"`` (its first line), ``"zero_grad_set_to_none_false_keeps_storage"``,
+      ``"zero_grad_set_to_none_false_zeroes"``, ``"zero_grad_set_to_none_true_drops_grads"``,
+      ``"no_sync_max_diff_vs_single_process"``.
+    - ``"world_size"``, ``"k"``, ``"torch"``, ``"rank_seconds"``."""
+    _positive_int(k, "k")
+    if k < 2:
+        raise ValueError(f"k must be at least 2 (the other ranks get k - 1 micro-batches), got {k}")
+    _positive_int(micro_batch, "micro_batch")
+    _check_nproc(nproc)
+    args = [f"--k={k}", f"--micro-batch={micro_batch}"]
+    return _stacks_run("stacks", args, nproc, timeout)
+
+
+def run_uneven_ranks(
+    micro_batches=(3, 2), collective_timeout: float = 1.5, timeout: float = 60
+) -> dict:
+    """Rank ``r`` runs ``micro_batches[r]`` synchronized DDP micro-batches, then meets the
+    others at a barrier; the rank with more is left waiting in an all-reduce nobody joins,
+    until a ``collective_timeout``-second process-group timeout stops it. Returns:
+
+    - ``"message"``: what the run's failure says (the rank's own words: what happened, why,
+      the fixes); ``"seconds"``: the launch's wall time;
+    - ``"micro_batches_per_rank"``, ``"collective_timeout"``;
+    - ``"rank_pids"`` and ``"ranks_left_running"`` (those of them still alive afterwards:
+      none, the launcher reaps every rank)."""
+    import time
+
+    if isinstance(micro_batches, (str, bytes)) or not hasattr(micro_batches, "__iter__"):
+        raise TypeError(
+            f"micro_batches must be a list of counts, one per rank, got {micro_batches!r}"
+        )
+    counts = list(micro_batches)
+    for rank, count in enumerate(counts):
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"micro_batches[{rank}] must be a whole number, got {count!r}")
+        if count < 1:
+            raise ValueError(
+                f"rank {rank} has {count} micro-batches: give every rank at least 1 "
+                "(a rank with none has no data to train on)"
+            )
+    _check_nproc(len(counts))
+    if len(set(counts)) == 1:
+        raise ValueError(
+            f"micro_batches are all {counts[0]}: make them differ (e.g. (3, 2)), equal counts "
+            "run without waiting"
+        )
+    if isinstance(collective_timeout, bool) or not isinstance(collective_timeout, (int, float)):
+        raise TypeError(
+            f"collective_timeout must be a number of seconds, got {collective_timeout!r}"
+        )
+    if not 0 < collective_timeout < timeout:
+        raise ValueError(
+            f"collective_timeout must be above 0 and below timeout ({timeout:g} s), "
+            f"got {collective_timeout!r}"
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "results.json"
+        args = [
+            "uneven",
+            f"--out={out}",
+            f"--micro-batches={','.join(map(str, counts))}",
+            f"--collective-timeout={collective_timeout}",
+        ]
+        started = time.perf_counter()
+        try:
+            launch("helpers.stacks_ranks", args, nproc=len(counts), timeout=timeout)
+        except RuntimeError as error:
+            message = str(error)
+        else:
+            raise RuntimeError("the uneven run ended without any rank waiting: unexpected")
+        seconds = time.perf_counter() - started
+        pids = [int(p.read_text()) for p in sorted(Path(folder).glob("rank*.pid"))]
+    return {
+        "message": message,
+        "seconds": seconds,
+        "micro_batches_per_rank": counts,
+        "collective_timeout": collective_timeout,
+        "rank_pids": pids,
+        "ranks_left_running": [pid for pid in pids if _alive(pid)],
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_static_graph_no_sync(
+    iterations: int = 3, k: int = 3, nproc: int = 2, timeout: float = 120
+) -> dict:
+    """DDP ``static_graph=True`` with ``no_sync()`` on all but the last of ``k``
+    micro-batches, ``iterations`` SGD steps, compared with one process on all the data, in
+    its own launch; an error inside a rank is caught there and classified. Returns
+    ``"verdict"``: ``"crash"`` (e.g. torch 2.13/2.14: ``expect_autograd_hooks_ INTERNAL
+    ASSERT FAILED``, pytorch issue 187732), ``"wrong gradients"`` or ``"fixed"``;
+    ``"error"`` (the first line, or ""), ``"torch"``, ``"iterations"``,
+    ``"iterations_completed_rank0"``, ``"grad_max_diff_vs_single_process"``."""
+    _positive_int(iterations, "iterations")
+    _positive_int(k, "k")
+    if k < 2:
+        raise ValueError(f"k must be at least 2 (no_sync() on all but the last), got {k}")
+    _check_nproc(nproc)
+    args = [f"--iterations={iterations}", f"--k={k}", "--collective-timeout=20"]
+    return _stacks_run("static_graph", args, nproc, timeout)
