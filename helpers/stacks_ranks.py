@@ -3,10 +3,11 @@
 Run by ``helpers.distributed.run_training_stacks``, ``run_uneven_ranks`` and
 ``run_static_graph_no_sync`` (through ``helpers.launcher``), or by hand, unchanged::
 
-    torchrun --nproc-per-node=2 -m helpers.stacks_ranks stacks --out r.json
+    torchrun --nproc-per-node=2 -m helpers.stacks_ranks stacks,static_graph --out r.json
 
 Every rank builds the same seeded model and the same global data and takes its own share;
-rank 0 writes the results as JSON to ``--out``. Three programs:
+rank 0 writes the results as JSON to ``--out``, ``{program: results}``, after each of the
+programs named (run in turn in the same processes: one start-up for all). The programs:
 
 - ``stacks``: token-level loss with unequal token counts per rank (the naive mean, scaling
   each micro-batch's loss by an all-reduced count before the backward, and backward of the
@@ -504,6 +505,9 @@ def uneven(args, rank: int, world: int) -> dict:
         file.write(str(os.getpid()))  # for the caller to check that no rank is left behind
     short = dist.new_group(timeout=datetime.timedelta(seconds=args.collective_timeout))
     dist.barrier()  # the ranks start the loop together: the short timeout counts from here
+    if rank == 0:
+        with open(f"{os.path.dirname(args.out)}/uneven.started", "w", encoding="utf-8") as file:
+            file.write(repr(time.time()))
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0), process_group=short)
     where = "the barrier after the loop"
     try:
@@ -538,8 +542,9 @@ def static_graph(args, rank: int, world: int) -> dict:
     model = copy.deepcopy(reference_model)
     reference_opt = torch.optim.SGD(reference_model.parameters(), lr=0.5)
     error, worst, iterations_done = "", 0.0, 0
+    group = dist.new_group(timeout=datetime.timedelta(seconds=20))  # a hang would end
     try:
-        ddp = DDP(model, static_graph=True)
+        ddp = DDP(model, static_graph=True, process_group=group)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.5)
         count = sum(int((y != PAD).sum()) for _, y in everything)
         for _ in range(args.iterations):
@@ -582,23 +587,33 @@ PROGRAMS = {"stacks": stacks, "uneven": uneven, "static_graph": static_graph}
 def main(argv: list[str] | None = None) -> None:
     exit_when_orphaned()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("program", choices=sorted(PROGRAMS))
+    parser.add_argument(
+        "programs", help=f"one or more of {', '.join(PROGRAMS)}, joined by commas, run in turn"
+    )
     parser.add_argument("--out", required=True, help="JSON file that rank 0 writes")
     parser.add_argument("--k", type=int, default=3, help="micro-batches per optimizer step")
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per micro-batch")
     parser.add_argument("--micro-batches", default="3,2", help="uneven: per rank, commas")
     parser.add_argument("--iterations", type=int, default=3, help="static_graph: windows")
-    parser.add_argument("--collective-timeout", type=float, default=60.0, help="seconds")
+    parser.add_argument(
+        "--collective-timeout", type=float, default=1.5, help="uneven: seconds a rank waits"
+    )
     args = parser.parse_args(argv)
+    programs = args.programs.split(",")
+    unknown = [name for name in programs if name not in PROGRAMS]
+    if unknown:
+        parser.error(f"unknown program {unknown[0]!r}: choose from {', '.join(PROGRAMS)}")
 
-    timeout = args.collective_timeout if args.program == "static_graph" else 120.0
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
-    results = PROGRAMS[args.program](args, rank, world)
-    if rank == 0:
-        with open(args.out, "w", encoding="utf-8") as file:
-            json.dump(results, file, indent=1)
+    results = {}
+    for name in programs:  # rank 0 writes what it has after each: "uneven" ends the run
+        dist.barrier()
+        results[name] = PROGRAMS[name](args, rank, world)
+        if rank == 0:
+            with open(args.out, "w", encoding="utf-8") as file:
+                json.dump(results, file, indent=1)
     dist.destroy_process_group()
     # Leave at once: DDP's objects torn down at interpreter exit sometimes abort a rank.
     sys.stdout.flush()
