@@ -95,9 +95,24 @@ def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -
             break
     if process.returncode != 0:
         raise RuntimeError(
-            f"the {nproc}-process run failed (exit {process.returncode}):\n{_first_error(output)}"
+            f"the {nproc}-process run failed (exit {process.returncode}):\n"
+            f"{_first_error(output)}{_collective_hint(output)}"
         )
     return output
+
+
+COLLECTIVE_FAILURES = ("Timed out waiting", "Connection closed by peer", "timed out after")
+
+
+def _collective_hint(output: str) -> str:
+    """What a collective's timeout or a peer gone away usually means, in plain words."""
+    if not any(text in output for text in COLLECTIVE_FAILURES):
+        return ""
+    return (
+        "\n(what it usually means: a rank waited in a collective, an all-reduce or a barrier, "
+        "that another rank never joined, or whose rank had ended: the ranks ran different "
+        "numbers of collectives, for example of synchronized micro-batches)"
+    )
 
 
 def _stop(process: subprocess.Popen) -> None:

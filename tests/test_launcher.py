@@ -144,3 +144,46 @@ def test_the_ddp_program_counts_the_same_under_real_torchrun(tmp_path):
     }
     assert results["allreduce_bytes_per_step"]["no_sync"] == 4 * results["parameters"]
     assert results["weights_max_diff_across_ranks"] == 0.0
+
+
+@pytest.mark.skipif(
+    not __import__("torch").distributed.is_available(), reason="needs torch.distributed"
+)
+def test_a_rank_waiting_in_a_collective_nobody_joins_is_stopped_and_explained(
+    tmp_path, monkeypatch
+):
+    """Rank 0 all-reduces once more than rank 1, which then waits at a barrier: a 1 s
+    process-group timeout ends the wait; launch quotes the error and says what it means,
+    in a few seconds, and no rank is left running."""
+    from helpers.distributed import launch
+
+    (tmp_path / "uneven_program.py").write_text(
+        textwrap.dedent(
+            """
+            import datetime, os, pathlib, sys
+            import torch, torch.distributed as dist
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=1))
+            rank = dist.get_rank()
+            pathlib.Path(sys.argv[1], f"pid{rank}").write_text(str(os.getpid()))
+            for _ in range(3 if rank == 0 else 2):
+                dist.all_reduce(torch.ones(4))
+            dist.barrier()
+            """
+        ),
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError) as raised:
+        launch("uneven_program", [str(tmp_path)], nproc=2, timeout=60)
+    seconds = time.monotonic() - started
+    message = str(raised.value)
+    assert "the 2-process run failed" in message
+    assert "Timed out" in message or "Connection closed" in message
+    assert "a collective, an all-reduce or a barrier, that another rank never joined" in message
+    assert seconds < 20
+    pids = [int(path.read_text()) for path in tmp_path.glob("pid*")]
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
