@@ -40,26 +40,47 @@ def pick_backend(nproc: int) -> str:
     return "gloo"
 
 
-def launcher_command(module: str, nproc: int, args: list[str], port: int) -> list[str]:
+def launcher_command(
+    module: str, nproc: int, args: list[str], port: int, finish_grace: float | None = None
+) -> list[str]:
     """``python -m helpers.launcher``: ``nproc`` ranks of ``module`` on 127.0.0.1:``port``."""
+    grace = [] if finish_grace is None else [f"--finish-grace={finish_grace}"]
     return [
         sys.executable,
         "-m",
         "helpers.launcher",
         f"--nproc={nproc}",
         f"--port={port}",
+        *grace,
         module,
         *args,
     ]
 
 
-def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -> str:
+def launch(
+    module: str,
+    args: list[str],
+    nproc: int = 2,
+    timeout: float = 120,
+    finish_grace: float | None = None,
+) -> str:
     """Run ``module`` in ``nproc`` processes (``helpers.launcher``) and return its output.
 
     The processes get one thread each, the repository on their path, a free port on
     127.0.0.1, and their own process group, which is killed as a whole on timeout or
-    interrupt. Raises ``RuntimeError`` with the end of the output if the run fails."""
+    interrupt. Raises ``RuntimeError`` with the end of the output if the run fails. With
+    ``finish_grace`` (seconds), ranks still running that long after one has finished well
+    are stopped, and the run fails saying they were probably waiting in a collective."""
     _positive_int(nproc, "nproc")
+    if finish_grace is not None and (
+        isinstance(finish_grace, bool)
+        or not isinstance(finish_grace, (int, float))
+        or not 0 < finish_grace < timeout
+    ):
+        raise ValueError(
+            f"finish_grace must be None or a number of seconds above 0 and below timeout "
+            f"({timeout:g}), got {finish_grace!r}"
+        )
     if not torch.distributed.is_available():
         raise RuntimeError(
             "this torch build has no torch.distributed: install the standard build from "
@@ -72,7 +93,7 @@ def launch(module: str, args: list[str], nproc: int = 2, timeout: float = 120) -
     if platform.system() == "Darwin":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo0")  # gloo on macOS: use the loopback
     for attempt in (1, 2):  # a port found free can be taken before rank 0 binds it
-        command = launcher_command(module, nproc, args, free_port())
+        command = launcher_command(module, nproc, args, free_port(), finish_grace)
         process = subprocess.Popen(
             command,
             cwd=ROOT,

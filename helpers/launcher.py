@@ -11,6 +11,9 @@ one slow core). On Linux this launcher imports them once and forks the ranks fro
 elsewhere (no safe ``fork``) each rank is a fresh interpreter, as under torchrun.
 
 When a rank fails, the others are stopped and the launcher exits with the failing rank's code.
+With ``--finish-grace S``, ranks still running S seconds after one has finished well are
+stopped too (exit code 1): they are most likely waiting in a collective the finished rank
+never joined.
 It ends with its ranks on SIGTERM or SIGINT (``helpers.distributed.launch`` sends SIGTERM to
 its whole process group on a timeout).
 """
@@ -130,8 +133,20 @@ def _stop(ranks: dict[int, object], grace: float = 10.0) -> None:
             return
 
 
-def run(module: str, args: list[str], world: int, port: int) -> int:
-    """Run ``world`` ranks of ``module``; 0 if all succeed, else the first failing code."""
+OUT_OF_STEP = (
+    "launcher: rank {done} finished {grace:g} s ago but rank {running} is still running: it is "
+    "probably waiting in a collective (an all-reduce, a barrier) that rank {done} never joined, "
+    "because the ranks ran different numbers of collectives (for example of synchronized "
+    "micro-batches); the run was stopped"
+)
+
+
+def run(
+    module: str, args: list[str], world: int, port: int, finish_grace: float | None = None
+) -> int:
+    """Run ``world`` ranks of ``module``; 0 if all succeed, else the first failing code.
+    With ``finish_grace``, ranks still running that long after one has finished well are
+    stopped (exit code 1, with a message saying why)."""
     ranks: dict[int, object] = {}
 
     def stop_all(signum, _frame):
@@ -144,6 +159,7 @@ def run(module: str, args: list[str], world: int, port: int) -> int:
         importlib.import_module("torch._dynamo")  # is imported by DistributedDataParallel()
     _start_ranks(module, args, world, port, ranks)
     running = dict(ranks)
+    first_done: tuple[int, float] | None = None  # (rank, when) of the first to finish well
     while running:
         for rank, handle in list(running.items()):
             code = _poll(handle)
@@ -154,6 +170,14 @@ def run(module: str, args: list[str], world: int, port: int) -> int:
                 print(f"launcher: rank {rank} exited with code {code}", file=sys.stderr)
                 _stop(running)
                 return code
+            first_done = first_done or (rank, time.monotonic())
+        late = first_done and finish_grace is not None and running
+        if late and time.monotonic() - first_done[1] > finish_grace:
+            waiting = min(running)
+            message = OUT_OF_STEP.format(done=first_done[0], grace=finish_grace, running=waiting)
+            print(message, file=sys.stderr, flush=True)
+            _stop(running)
+            return 1
         time.sleep(0.02)
     return 0
 
@@ -162,12 +186,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, required=True, help="processes (ranks)")
     parser.add_argument("--port", type=int, required=True, help="MASTER_PORT on 127.0.0.1")
+    parser.add_argument(
+        "--finish-grace",
+        type=float,
+        default=None,
+        help="stop ranks still running this many seconds after one has finished well",
+    )
     parser.add_argument("module", help="the program, run as python -m MODULE")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     options = parser.parse_args(argv)
     if options.nproc < 1:
         parser.error(f"--nproc must be at least 1, got {options.nproc}")
-    return run(options.module, options.args, options.nproc, options.port)
+    if options.finish_grace is not None and not options.finish_grace > 0:
+        parser.error(f"--finish-grace must be above 0 seconds, got {options.finish_grace}")
+    return run(options.module, options.args, options.nproc, options.port, options.finish_grace)
 
 
 if __name__ == "__main__":

@@ -106,45 +106,62 @@ def sync_unless_last(ddp: DDP, j: int, k: int):
 # ---------------------------------------------------------------- 1. token-level loss
 
 
+def naive_window(ddp: DDP, window) -> None:
+    """Each micro-batch's own token mean, divided by the window's length; DDP averages the
+    ranks: wrong when the ranks (or micro-batches) count different numbers of tokens."""
+    for j, (x, y) in enumerate(window):
+        with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
+            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100)
+            (loss / len(window)).backward()
+
+
+def scale_before_window(ddp: DDP, window) -> int:
+    """All-reduce the window's token count first; each micro-batch's loss is its token-loss
+    sum times ``world / global count`` (the world size cancels DDP's averaging)."""
+    count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
+    dist.all_reduce(count)
+    for j, (x, y) in enumerate(window):
+        with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
+            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100, reduction="sum")
+            (loss * dist.get_world_size() / count.item()).backward()
+    return count.item()
+
+
+def scale_after_window(ddp: DDP, window) -> int:
+    """torchtune's and torchtitan's way: backward of each micro-batch's token-loss sum (no
+    count needed before the first backward), the count all-reduced once while the last
+    backward runs, then the gradients scaled once by ``world / global count``, ready for
+    clipping."""
+    count = torch.zeros(1, dtype=torch.int64)
+    for j, (x, y) in enumerate(window):
+        last = j == len(window) - 1
+        with contextlib.nullcontext() if last else ddp.no_sync():
+            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100, reduction="sum")
+            count += (y != -100).sum()
+            if last:
+                pending = dist.all_reduce(count, async_op=True)
+            loss.backward()
+    pending.wait()
+    for p in ddp.parameters():
+        p.grad *= dist.get_world_size() / count.item()
+    return count.item()
+
+
 def token_loss_case(rank: int, world: int, k: int, micro_batch: int, max_length: int) -> dict:
     everything, windows = token_windows(world, k, micro_batch, max_length)
     mine = windows[rank]
     reference = single_process_grads(everything)
     counts = [sum(int((y != PAD).sum()) for _, y in window) for window in windows]
-
-    # (a) naive: each micro-batch's own token mean, / k; DDP averages the ranks.
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
-    for j, (x, y) in enumerate(mine):
-        with sync_unless_last(ddp, j, k):
-            (nn.functional.cross_entropy(ddp(x), y, ignore_index=PAD) / k).backward()
+    naive_window(ddp, mine)
     naive = grads_of(ddp.module)
-
-    # (b) scale before: all-reduce the window's token count first.
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
-    count = torch.tensor([sum(int((y != PAD).sum()) for _, y in mine)])
-    dist.all_reduce(count)
-    global_count = int(count)
-    for j, (x, y) in enumerate(mine):
-        with sync_unless_last(ddp, j, k):
-            (token_loss_sum(ddp, x, y)[0] * world / global_count).backward()
+    global_count = scale_before_window(ddp, mine)
     before = grads_of(ddp.module)
-
-    # (c) scale after accumulating: backward of the sums, one count all-reduce (overlapping
-    # the backward passes), one scaling of the gradients, then clipping.
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
-    local = torch.zeros(1, dtype=torch.int64)
-    for j, (x, y) in enumerate(mine):
-        with sync_unless_last(ddp, j, k):
-            loss, n_tokens = token_loss_sum(ddp, x, y)
-            local += n_tokens
-            if j == k - 1:  # the count travels while the last backward runs
-                pending = dist.all_reduce(local, async_op=True)
-            loss.backward()
-    pending.wait()
-    sum_norm = torch.nn.utils.get_total_norm([p.grad for p in ddp.parameters()]).item()
-    for p in ddp.parameters():
-        p.grad *= world / int(local)
+    scale_after_window(ddp, mine)
     after = grads_of(ddp.module)
+    sum_norm = torch.nn.utils.get_total_norm(after).item() * global_count / world
     seen_norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), MAX_NORM).item()
     true_norm = torch.nn.utils.get_total_norm(reference).item()
     return {
@@ -179,6 +196,47 @@ def uneven_windows(counts: list[int], micro_batch: int, max_length: int, seed: i
     return batches, windows
 
 
+def join_window(ddp: DDP, window, optimizer, divide_by_initial_world_size: bool = True):
+    """One optimizer step over this rank's ``window``, whose length differs between ranks,
+    every micro-batch synchronized, inside ``Join``: a rank that runs out of micro-batches
+    shadows the others' all-reduces with zeros, and when all have joined every rank takes
+    the last joiner's weights. Each all-reduce must carry one micro-batch's gradient alone
+    (moved into ``accumulated`` after each backward), so that the shadowed zeros add
+    nothing; DDP divides by the initial world size; the token-loss sums are scaled once by
+    ``world / global count``, counted before ``Join`` (a collective inside it would not be
+    shadowed)."""
+    from torch.distributed.algorithms import Join
+
+    count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
+    dist.all_reduce(count)
+    accumulated = [torch.zeros_like(p) for p in ddp.parameters()]
+    with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
+        for x, y in window:
+            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100, reduction="sum")
+            loss.backward()  # all-reduces this micro-batch's gradient
+            for p, total in zip(ddp.parameters(), accumulated, strict=True):
+                total += p.grad
+                p.grad = None
+        for p, total in zip(ddp.parameters(), accumulated, strict=True):
+            p.grad = total * dist.get_world_size() / count.item()
+        optimizer.step()
+
+
+def join_accumulating_in_grad(ddp: DDP, window, optimizer) -> None:
+    """The same inside ``Join``, but accumulating in ``.grad``: every backward all-reduces the
+    accumulated gradient, so a shadowing rank's zeros halve the earlier micro-batches'."""
+    from torch.distributed.algorithms import Join
+
+    count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
+    dist.all_reduce(count)
+    with Join([ddp]):
+        for x, y in window:
+            token_loss_sum(ddp, x, y)[0].backward()
+        for p in ddp.parameters():
+            p.grad *= dist.get_world_size() / count.item()
+        optimizer.step()
+
+
 def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_length: int):
     """Unequal numbers of micro-batches per rank, one SGD step, compared with one process on
     all the data (the token mean over every counted token), three ways:
@@ -198,8 +256,6 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
 
     The global count is all-reduced before the loop, outside ``Join`` (a collective inside it
     would not be shadowed)."""
-    from torch.distributed.algorithms import Join
-
     everything, windows = uneven_windows(counts, micro_batch, max_length)
     reference_model = TokenModel(vocab=VOCAB, seed=0)
     total = sum(int((y != PAD).sum()) for _, y in everything)
@@ -219,31 +275,14 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
     for way, divide in ways:
         ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
         optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)
-        count = torch.tensor([sum(int((y != PAD).sum()) for _, y in windows[rank])])
-        dist.all_reduce(count)
-        own = "on its own" in way
-        accumulated = [torch.zeros_like(p) for p in ddp.parameters()]
-        context = (
-            contextlib.nullcontext()
-            if way.startswith("no_sync")
-            else Join([ddp], divide_by_initial_world_size=divide)
-        )
-        with context:
-            n = len(windows[rank])
-            for j, (x, y) in enumerate(windows[rank]):
-                skip = way.startswith("no_sync") and j < n - 1
-                with ddp.no_sync() if skip else contextlib.nullcontext():
-                    token_loss_sum(ddp, x, y)[0].backward()
-                if own:
-                    for p, a in zip(ddp.parameters(), accumulated, strict=True):
-                        a += p.grad
-                        p.grad = None
-            for p, a in zip(ddp.parameters(), accumulated, strict=True):
-                if own:
-                    p.grad = a
-                p.grad *= world / int(count)
-            grads = grads_of(ddp.module)
+        if way == "join, accumulating in .grad":
+            join_accumulating_in_grad(ddp, windows[rank], optimizer)
+        elif way.startswith("join"):
+            join_window(ddp, windows[rank], optimizer, divide_by_initial_world_size=divide)
+        else:
+            scale_after_window(ddp, windows[rank])
             optimizer.step()
+        grads = grads_of(ddp.module)  # the step leaves .grad as it was
         weights = torch.cat([p.detach().flatten() for p in ddp.parameters()])
         results[way] = {
             "grad_max_diff_vs_single_process_last_joiner": worst_over_ranks(

@@ -187,3 +187,32 @@ def test_a_rank_waiting_in_a_collective_nobody_joins_is_stopped_and_explained(
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_ranks_still_running_after_one_finished_are_stopped_with_finish_grace(
+    tmp_path, monkeypatch
+):
+    from helpers.distributed import launch
+
+    (tmp_path / "late_program.py").write_text(
+        "import os, pathlib, sys, time\n"
+        "pathlib.Path(sys.argv[1], f'pid{os.environ[\"RANK\"]}').write_text(str(os.getpid()))\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    time.sleep(60)  # as if waiting in a collective rank 1 never joins\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    started = time.monotonic()
+    with pytest.raises(RuntimeError) as raised:
+        launch("late_program", [str(tmp_path)], nproc=2, timeout=60, finish_grace=1)
+    assert time.monotonic() - started < 20
+    message = str(raised.value)
+    assert "rank 1 finished 1 s ago but rank 0 is still running" in message
+    assert "waiting in a collective" in message
+    pids = [int(path.read_text()) for path in tmp_path.glob("pid*")]
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(ValueError, match="finish_grace must be None or a number"):
+        launch("late_program", [], finish_grace=0)
