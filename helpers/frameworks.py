@@ -2,18 +2,23 @@
 mirrored in a few lines each (no framework installed), to compare with the course's exact
 step, :func:`helpers.accumulation.accumulate_gradients`.
 
-The sources they mirror (quoted in notebook 06):
+The sources they mirror (quoted in notebook 06, from the versions ``constraints.txt`` pins;
+``tests/test_frameworks_real.py`` runs each library on the same inputs as its mirror):
 
-- Lightning, ``loops/optimization/automatic.py``: ``closure_loss = closure_loss / normalize``
-  with ``normalize = trainer.accumulate_grad_batches``; ``loops/training_epoch_loop.py``
-  ``_should_accumulate``: step when ``ready % accumulate_grad_batches == 0`` or on the
-  epoch's last batch.
-- Accelerate, ``accelerator.py``: ``backward`` does ``loss = loss / gradient_accumulation_steps``;
-  ``_do_sync`` syncs (and ``AcceleratedOptimizer`` steps and zeroes) when ``step % num_steps
-  == 0`` or at ``end_of_dataloader``.
-- Transformers Trainer: ``num_items_in_batch = sum((batch["labels"].ne(-100)).sum() for
-  batch in batch_samples)`` over the window; ``fixed_cross_entropy`` sums the token losses
-  and divides by it.
+- Lightning 2.6.6, ``lightning/pytorch/loops/optimization/automatic.py``: ``closure_loss =
+  closure_loss / normalize`` with ``trainer.accumulate_grad_batches`` passed as ``normalize``;
+  ``loops/training_epoch_loop.py`` ``_should_accumulate``: step when ``ready %
+  accumulate_grad_batches == 0`` or on the epoch's last batch.
+- Accelerate 1.15.0, ``accelerator.py``: ``backward`` does ``loss = loss /
+  self.gradient_accumulation_steps``; ``_do_sync`` syncs (and ``AcceleratedOptimizer`` steps
+  and zeroes) when ``step % num_steps == 0`` or at ``end_of_dataloader`` (known only for a
+  dataloader that went through ``prepare``).
+- Transformers 5.24.0, ``trainer.py``: when the model's ``forward`` takes ``**kwargs``
+  (``model_accepts_loss_kwargs``) or a ``compute_loss_func`` is set, ``_get_num_items_in_batch``
+  counts ``num_items_in_batch = sum(labels.ne(-100).sum() for labels in labels_for_count)``
+  over the window, and ``fixed_cross_entropy`` (``loss/loss_utils.py``) sums the token losses
+  and divides by it; otherwise ``training_step`` divides each micro-batch's loss by
+  ``current_gradient_accumulation_steps``, the number of micro-batches in the window.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from helpers.training import trainable_parameters
 
 
 def steps_after(n_batches: int, accumulation_steps: int) -> list[int]:
-    """The micro-batches (1-based) after which Lightning and Accelerate step: every
-    ``accumulation_steps``-th one, and the epoch's last one (a short window is stepped)."""
+    """The micro-batches (1-based) after which Lightning, Accelerate (its dataloader through
+    ``prepare``) and the Hugging Face Trainer step: every ``accumulation_steps``-th one, and
+    the epoch's last one (a short window is stepped)."""
     _positive_int(n_batches, "n_batches")
     _positive_int(accumulation_steps, "accumulation_steps")
     return [i for i in range(1, n_batches + 1) if i % accumulation_steps == 0 or i == n_batches]
@@ -78,15 +84,32 @@ def num_items_gradients(
     return current_gradients(model)
 
 
-def mean_of_means_gradients(
-    model: nn.Module, window: Sequence[Batch], ignore_index: int = -100
+def trainer_fallback_gradients(
+    model: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    window: Sequence[Batch],
 ) -> list[torch.Tensor]:
-    """The gradient before the Trainer's 2024 fix: each micro-batch's mean token loss,
-    divided by the number of micro-batches in the window."""
+    """The gradient the Hugging Face Trainer leaves for one window when it does not count
+    items (the model's ``forward`` takes no ``**kwargs`` and no ``compute_loss_func`` is
+    set): each micro-batch's loss divided by the number of micro-batches in the window, the
+    window's own (a short last window is divided by its size, not by
+    ``gradient_accumulation_steps``). ``.grad`` is zeroed first."""
     trainable_parameters(model)
     window = _window(window)
     model.zero_grad()
     for inputs, targets in window:
-        mean = F.cross_entropy(model(inputs), targets, ignore_index=ignore_index)
-        (mean / len(window)).backward()
+        (loss_fn(model(inputs), targets) / len(window)).backward()
     return current_gradients(model)
+
+
+def mean_of_means_gradients(
+    model: nn.Module, window: Sequence[Batch], ignore_index: int = -100
+) -> list[torch.Tensor]:
+    """The gradient of token batches before the Trainer's 2024 fix, and in its fallback
+    today (:func:`trainer_fallback_gradients`): each micro-batch's mean token loss, divided
+    by the number of micro-batches in the window."""
+
+    def mean_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, targets, ignore_index=ignore_index)
+
+    return trainer_fallback_gradients(model, mean_token_loss, window)

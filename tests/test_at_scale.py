@@ -30,6 +30,7 @@ from helpers.frameworks import (
     mean_of_means_gradients,
     num_items_gradients,
     steps_after,
+    trainer_fallback_gradients,
 )
 from helpers.grads import StepGradients
 from helpers.models import TokenModel, make_mlp
@@ -152,13 +153,32 @@ def test_num_items_in_batch_is_exact_and_mean_of_means_is_not():
     tokens, targets, _ = make_padded_tokens(8, 6, seed=3)
     window = list(zip(tokens.split(2), targets.split(2), strict=True))
     model = TokenModel()
-    model.zero_grad()
-    accumulate_gradients(model, nn.CrossEntropyLoss(), window, "tokens")
+    model.zero_grad()  # the reference: the whole window as one batch
+    F.cross_entropy(model(tokens), targets, ignore_index=-100).backward()
     exact = current_gradients(model)
     assert relative_error(num_items_gradients(model, window), exact) < 1e-6
     assert relative_error(mean_of_means_gradients(model, window), exact) > 0.05
     with pytest.raises(ValueError, match="no targets"):
         num_items_gradients(model, [(tokens[:1], torch.full_like(targets[:1], -100))])
+
+
+def test_the_trainers_fallback_divides_by_the_windows_own_size():
+    tail = list(windows(classification_batches(), K))[-1]  # 2 micro-batches of equal size
+    model = make_mlp((8, 16, 3))
+    model.zero_grad()
+    accumulate_gradients(model, nn.CrossEntropyLoss(), tail)
+    exact = torch.cat([g.flatten() for g in current_gradients(model)])
+    fallback = trainer_fallback_gradients(model, F.cross_entropy, tail)
+    torch.testing.assert_close(torch.cat([g.flatten() for g in fallback]), exact)
+    tokens, targets, _ = make_padded_tokens(8, 6, seed=3)
+    window = list(zip(tokens.split(2), targets.split(2), strict=True))
+    token_model = TokenModel()
+    means = trainer_fallback_gradients(
+        token_model, lambda o, t: F.cross_entropy(o, t, ignore_index=-100), window
+    )
+    assert relative_error(mean_of_means_gradients(token_model, window), means) == 0.0
+    with pytest.raises(ValueError, match="empty"):
+        trainer_fallback_gradients(model, F.cross_entropy, [])
 
 
 # ------------------------------------------------------------------ distributed
