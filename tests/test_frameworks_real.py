@@ -39,6 +39,10 @@ from helpers.models import TokenModel, make_mlp
 from helpers.pitfalls import make_teacher_batches
 
 pytestmark = pytest.mark.frameworks
+# Installed by requirements-test.txt; a machine without them (the GPU suite's) skips the module.
+pytest.importorskip("lightning")
+pytest.importorskip("accelerate")
+pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 4

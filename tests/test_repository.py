@@ -51,10 +51,16 @@ def minimums(lines):
     return found
 
 
-def test_learners_get_ranges_and_only_the_constraints_file_pins_torch():
+def test_learners_get_ranges_and_only_the_constraints_file_pins_versions():
     for path in ("requirements.txt", "binder/requirements.txt", "requirements-test.txt"):
         assert not any("==" in line for line in requirement_lines(path) if "torch" in line), path
-    assert requirement_lines("constraints.txt") == ["torch==2.13.0"]
+    assert requirement_lines("constraints.txt") == [
+        "torch==2.13.0",  # the committed outputs
+        "accelerate==1.15.0",  # the frameworks notebook 06 quotes (tests/test_frameworks_real.py)
+        "lightning==2.6.6",
+        "pytorch-lightning==2.6.6",
+        "transformers==5.24.0",
+    ]
 
 
 def test_notebook_00_and_the_requirements_use_pyprojects_minimums():

@@ -25,7 +25,8 @@ ROOT=$PWD
 SKIP_FILES=(
     tests/test_browser.py # JupyterLab in Chromium through Selenium and chromedriver
     tests/test_colab.py   # ipywidgets 7 in build/ipywidgets7, the course as a git clone
-    tests/test_audit_real_code.py # a real Accelerator and Lightning Trainer (CPU code paths)
+    tests/test_frameworks_real.py # real Lightning, Accelerate and Transformers runs, on the CPU
+    tests/test_audit_real_code.py # a real Accelerator and Lightning Trainer, on the CPU
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.
