@@ -124,6 +124,11 @@ def test_wrong_kinds_and_placeholders():
 
     assert "sums a tensor in place" in X.check_scale_after_window(raises).message
 
+    def real_collective(model, optimizer, micro_batches, world_size, all_reduce):
+        torch.distributed.all_reduce(torch.zeros(1))
+
+    assert "call the all_reduce it passes in" in X.check_scale_after_window(real_collective).message
+
 
 def fixed(model, micro_batches, k):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)

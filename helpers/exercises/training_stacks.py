@@ -13,6 +13,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from helpers.checks import (
     NOT_ANSWERED,
     CheckResult,
+    LearnerCodeError,
     as_function,
     call_learner,
     checker,
@@ -231,6 +232,12 @@ WINDOW_VARIANTS = {
 }
 
 
+NO_PROCESS_GROUP = (
+    "the check runs in one process, with no process group: call the all_reduce it passes "
+    "in, all_reduce(count), not torch.distributed.all_reduce."
+)
+
+
 def _run_window(function, world: int) -> tuple[torch.Tensor, dict]:
     ranks = _rank_data()[:world]
     module = make_token_model()
@@ -250,7 +257,12 @@ def _run_window(function, world: int) -> tuple[torch.Tensor, dict]:
             model.synced_backwards,
             len(steps),
         )
-        call_learner(function, model, optimizer, iter(ranks[0][w]), world, all_reduce)
+        try:
+            call_learner(function, model, optimizer, iter(ranks[0][w]), world, all_reduce)
+        except LearnerCodeError as error:
+            if "process group" in str(error.error):
+                raise LearnerCodeError(error.error, NO_PROCESS_GROUP) from None
+            raise
         report["steps"].append(len(steps) - before_steps)
         report["all_reduce"].append([c - before_backwards for c in all_reduce.calls])
         report["backwards"].append(model.backwards - before_backwards)
