@@ -10,8 +10,8 @@ rank 0 writes the results as JSON to ``--out``, ``{program: results}``, after ea
 programs named (run in turn in the same processes: one start-up for all). The programs:
 
 - ``stacks``: token-level loss with unequal token counts per rank (the naive mean, scaling
-  each micro-batch's loss by an all-reduced count before the backward, and backward of the
-  sums with one gradient scaling after the window, torchtune and torchtitan's way); ranks
+  each micro-batch's loss by an all-reduced count before the backward, torchtitan's way, and
+  backward of the sums with one gradient scaling after the window, torchtune's way); ranks
   with unequal numbers of micro-batches made exact by ``Join`` and made equal by
   ``DistributedSampler``; FSDP2's reduce-scatters per step with and without
   ``set_requires_gradient_sync(False)``; DDP's ``gradient_as_bucket_view=True``.
@@ -116,8 +116,9 @@ def naive_window(ddp: DDP, window) -> None:
 
 
 def scale_before_window(ddp: DDP, window) -> int:
-    """All-reduce the window's token count first; each micro-batch's loss is its token-loss
-    sum times ``world / global count`` (the world size cancels DDP's averaging)."""
+    """torchtitan's way (its PR 2206): all-reduce the window's token count first; each
+    micro-batch's loss is its token-loss sum times ``world / global count`` (the world size
+    cancels DDP's averaging)."""
     count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
     dist.all_reduce(count)
     for j, (x, y) in enumerate(window):
@@ -128,7 +129,7 @@ def scale_before_window(ddp: DDP, window) -> int:
 
 
 def scale_after_window(ddp: DDP, window) -> int:
-    """torchtune's and torchtitan's way: backward of each micro-batch's token-loss sum (no
+    """torchtune's way (its PRs 1917 and 2172): backward of each micro-batch's token-loss sum (no
     count needed before the first backward), the count all-reduced once while the last
     backward runs, then the gradients scaled once by ``world / global count``, ready for
     clipping."""
