@@ -18,7 +18,7 @@ MACHINE_PATH = re.compile(
     r"|site-packages|dist-packages|\b[A-Za-z]:\\\\"
 )
 NAMES = [path.name for path in NOTEBOOKS]
-SYLLABUS_PREFIXES = ["00_", "01_", "02_", "03_", "04_", "05_", "06_"]
+SYLLABUS_PREFIXES = ["00_", "01_", "02_", "03_", "04_", "05_", "06_", "07_"]
 
 
 def test_the_course_starts_with_the_setup_check_and_follows_the_syllabus():

@@ -13,7 +13,7 @@ from course import notebook_paths, read
 from helpers import training
 from helpers.source import show_source
 
-SHOW = re.compile(r"^show_source\((\w+)\)$", re.MULTILINE)
+SHOW = re.compile(r"^show_source\(([\w.]+)\)$", re.MULTILINE)  # name, or module.name
 IMPORT = re.compile(r"^from ([\w.]+) import (?:\(([^)]*)\)|([\w, ]+)$)", re.MULTILINE)
 
 
@@ -30,7 +30,17 @@ def shown_cells():
                         imports[name] = module
             names = SHOW.findall(cell.source)
             if names:
-                yield path.name, cell, [(name, imports.get(name)) for name in names]
+                yield path.name, cell, [resolve(name, imports) for name in names]
+
+
+def resolve(shown: str, imports: dict[str, str]) -> tuple[str, str | None]:
+    """(function name, its module) for ``name`` imported by name, or ``module.name`` with
+    the module imported (``from helpers import stacks``)."""
+    if "." not in shown:
+        return shown, imports.get(shown)
+    module, name = shown.rsplit(".", 1)
+    package = imports.get(module)
+    return name, f"{package}.{module}" if package else None
 
 
 CELLS = list(shown_cells())
@@ -38,7 +48,7 @@ CELLS = list(shown_cells())
 
 def test_the_notebooks_show_their_loops():
     shown = {name for _, _, pairs in CELLS for name, _ in pairs}
-    assert {"sgd_loop", "compare_zero_grad"} <= shown, shown
+    assert {"sgd_loop", "compare_zero_grad", "scale_after_accumulating"} <= shown, shown
 
 
 @pytest.mark.parametrize("notebook, cell, pairs", CELLS, ids=[c[0] for c in CELLS])
