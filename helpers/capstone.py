@@ -274,7 +274,12 @@ def main(argv: list[str] | None = None) -> None:
 
     from helpers.audit import LoopAuditor
     from helpers.checks import LearnerCodeError, call_learner
-    from helpers.ddp_accumulation import AllReduceCounter, counting_allreduce, exit_when_orphaned
+    from helpers.ddp_accumulation import (
+        AllReduceCounter,
+        counting_allreduce,
+        exit_when_orphaned,
+        leave_at_once,
+    )
 
     exit_when_orphaned()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -325,9 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         (out / "results.json").write_text(json.dumps(results))
     dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # as helpers.ddp_accumulation: no DDP teardown at interpreter exit
+    leave_at_once()
 
 
 class CapstoneRunError(Exception):

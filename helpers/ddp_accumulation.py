@@ -38,6 +38,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.audit import LoopAuditor
+from helpers.launcher import process_alive
 from helpers.models import make_mlp
 
 WIDTHS = (64, 256, 256, 10)
@@ -129,21 +130,21 @@ def exit_when_orphaned(interval: float = 0.5) -> None:
     parent = os.getppid()
     launcher = int(os.environ.get("GM_LAUNCHER_PID", "0"))
 
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
     def watch():
-        while os.getppid() == parent and (not launcher or alive(launcher)):
+        while os.getppid() == parent and (not launcher or process_alive(launcher)):
             time.sleep(interval)
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def leave_at_once() -> None:
+    """End a rank that has done its work (after ``destroy_process_group``): DDP's objects torn
+    down at interpreter exit sometimes abort a rank ("terminate called without an active
+    exception") after all the work is done, so flush and exit with 0 at once."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -240,11 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w", encoding="utf-8") as file:
             json.dump(results, file, indent=1)
     dist.destroy_process_group()
-    # Leave at once: DDP's objects torn down at interpreter exit sometimes abort a rank
-    # ("terminate called without an active exception") after all the work is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_at_once()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from helpers.data import _positive_int
+from helpers.launcher import process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,15 +177,6 @@ def run_ddp_accumulation(
         return json.loads(out.read_text(encoding="utf-8"))
 
 
-def _check_nproc(nproc) -> int:
-    _positive_int(nproc, "nproc")
-    if nproc < 2:
-        raise ValueError(
-            f"nproc must be at least 2 (the cases compare ranks with one another), got {nproc}"
-        )
-    return nproc
-
-
 def _stacks_run(programs: list[str], args: list[str], nproc: int, timeout: float) -> dict:
     """Run ``helpers.stacks_ranks`` ``programs`` in one launch; ``{program: results}``. With
     ``"uneven"`` last, the run fails by design: its stop is added as ``"uneven"``."""
@@ -214,20 +206,9 @@ def _stacks_run(programs: list[str], args: list[str], nproc: int, timeout: float
                 "seconds": seconds,
                 "seconds_to_stop": ended - loop_started,
                 "rank_pids": pids,
-                "ranks_left_running": [pid for pid in pids if _alive(pid)],
+                "ranks_left_running": [pid for pid in pids if process_alive(pid)],
             }
         return results
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (``os.kill(pid, 0)`` sends no signal)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _check_uneven(micro_batches, collective_timeout, timeout: float) -> list[int]:

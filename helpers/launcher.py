@@ -33,6 +33,17 @@ import traceback
 FORK_RANKS = sys.platform.startswith("linux")
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (``os.kill(pid, 0)`` sends no signal)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def rank_environment(rank: int, world: int, port: int) -> dict[str, str]:
     """What torchrun sets for rank ``rank`` of ``world`` processes on one machine."""
     return {

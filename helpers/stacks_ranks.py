@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.data import make_padded_tokens
-from helpers.ddp_accumulation import exit_when_orphaned
+from helpers.ddp_accumulation import exit_when_orphaned, leave_at_once
 from helpers.models import TokenModel
 
 VOCAB = 11
@@ -655,10 +655,7 @@ def main(argv: list[str] | None = None) -> None:
             with open(args.out, "w", encoding="utf-8") as file:
                 json.dump(results, file, indent=1)
     dist.destroy_process_group()
-    # Leave at once: DDP's objects torn down at interpreter exit sometimes abort a rank.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_at_once()
 
 
 if __name__ == "__main__":
