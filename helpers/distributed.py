@@ -365,10 +365,13 @@ def run_static_graph_no_sync(
     micro-batches, ``iterations`` SGD steps, compared with one process on all the data, in
     its own launch; an error inside a rank is caught there and classified. Returns
     ``"verdict"``: ``"crash"`` (torch 2.13.0 and 2.14.1: ``expect_autograd_hooks_ INTERNAL
-    ASSERT FAILED`` at reducer.cpp in the first backward, pytorch issue 187732),
-    ``"wrong gradients"`` (ranks' or steps' gradients off one process's by over 1e-5) or
-    ``"fixed"``; ``"error"`` (its first line, or ""), ``"torch"``, ``"iterations"``,
-    ``"iterations_completed_rank0"``, ``"grad_max_diff_vs_single_process"``."""
+    ASSERT FAILED`` at reducer.cpp in the first backward; the fix is pytorch pull request
+    187732), ``"wrong gradients"`` (ranks' or steps' gradients off one process's by over
+    1e-5) or ``"fixed"``; ``"error"`` (its first line, or ""), ``"torch"``,
+    ``"iterations"``, ``"iterations_completed_rank0"``, ``"grad_max_diff_vs_single_process"``;
+    and ``"after a synced first window"``: the same keys (less ``"torch"`` and
+    ``"iterations"``) for a run whose first window syncs every micro-batch (torch 2.13.0:
+    ``"fixed"``, the workaround of pytorch issue 143580)."""
     _positive_int(iterations, "iterations")
     _check_k(k)
     _check_nproc(nproc)
