@@ -8,7 +8,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from helpers.exercises import backward_step_exercise as R
+from helpers.exercises import scale_after_exercise as W
 from helpers.exercises import training_stacks as X
+from helpers.exercises import window_records
 
 PAD = -100
 
@@ -333,21 +336,21 @@ def test_reading_the_micro_batches_twice_is_explained(answer):
 
 
 def test_the_all_reduce_stand_in_behaves_like_torch():
-    model = X.EmulatedDDP(X.make_token_model())
-    all_reduce = X._AllReduce(5, model)
+    model = W.EmulatedDDP(W.make_token_model())
+    all_reduce = W._AllReduce(5, model)
     count = torch.tensor(3)
     assert all_reduce(count) is None and count.item() == 8
     assert all_reduce(count, async_op=True).wait() and count.item() == 13
-    with pytest.raises(X._CheckStop, match="summed over the ranks"):
+    with pytest.raises(window_records.CheckStop, match="summed over the ranks"):
         all_reduce(count, op=torch.distributed.ReduceOp.MAX)
 
 
 # --------------------------------------------------- 07.4: after the learner review
 def _window_norms():
     """The pre-clip gradient norm of each window of the ordinary loop on the check's data."""
-    model = X._repair_model()
+    model = R._repair_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    batches, norms = X.repair_data(), []
+    batches, norms = R.repair_data(), []
     for start in range(0, len(batches), 3):
         window = batches[start : start + 3]
         optimizer.zero_grad()
