@@ -332,3 +332,8 @@ def test_measure_here_runs_the_notebook_with_run_notebooks_execute(monkeypatch):
     result = mn.measure_here(NOTEBOOKS / "00_setup_check.ipynb")
     assert len(calls) == 1 and calls[0][1] == NOTEBOOKS and calls[0][0].cells
     assert set(result) == {"seconds", "peak_mib"} and result["seconds"] >= 0
+
+
+def test_every_notebook_with_a_budget_of_its_own_exists():
+    names = {path.name for path in notebook_paths()}
+    assert set(mn.EXTRA_SECONDS_FOR) <= names, set(mn.EXTRA_SECONDS_FOR) - names
