@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from helpers.models import TokenModel
+from helpers.models import TokenModel, flat_weights
 from helpers.spies import ClipSpy, ScalerSpy
 
 WORLD = 2
@@ -119,10 +119,6 @@ def add_overflow(model: nn.Module, tokens: torch.Tensor):
         return output
 
     return model.register_forward_hook(hook)
-
-
-def flat_weights(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().float().flatten() for p in model.parameters()])
 
 
 def token_count(targets: torch.Tensor) -> int:

@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.audit import LoopAuditor
 from helpers.launcher import process_alive
-from helpers.models import make_mlp
+from helpers.models import flat_weights, make_mlp
 
 WIDTHS = (64, 256, 256, 10)
 LR = 0.1
@@ -117,10 +117,6 @@ def audited_windows(ddp: DDP, batches, zero_grad_after_step: bool) -> list[str]:
 
 def flat_grads(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters()])
-
-
-def flat_weights(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 def exit_when_orphaned(interval: float = 0.5) -> None:

@@ -76,3 +76,9 @@ class TwoHeads(nn.Module):
     def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = torch.relu(self.trunk(inputs))
         return self.head_a(features), self.head_b(features)
+
+
+def flat_weights(model: nn.Module) -> torch.Tensor:
+    """Every parameter of ``model``, detached, as one float32 vector (a copy): weights to
+    compare after training."""
+    return torch.cat([p.detach().float().flatten() for p in model.parameters()])

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel
+from helpers.models import flat_weights as flat_weights  # notebook 07 calls stacks.flat_weights
 
 PAD = -100
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -186,7 +187,3 @@ def accumulate_then_step(model: nn.Module, window: Sequence[Batch], lr: float) -
         (F.cross_entropy(model(inputs), targets, ignore_index=PAD) / len(window)).backward()
     optimizer.step()
     return 1
-
-
-def flat_weights(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.data import make_padded_tokens
-from helpers.models import TokenModel
+from helpers.models import TokenModel, flat_weights
 from helpers.token_ranks import (
     PAD,
     VOCAB,
@@ -112,7 +112,7 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
         (token_loss_sum(reference_model, x, y)[0] / total).backward()
     reference = grads_of(reference_model)
     torch.optim.SGD(reference_model.parameters(), lr=1.0).step()
-    expected = torch.cat([p.detach().flatten() for p in reference_model.parameters()])
+    expected = flat_weights(reference_model)
     last = max(range(world), key=lambda r: (counts[r], r))  # the last rank to join
     results = {"micro_batches_per_rank": list(counts), "last_joiner": last}
     ways = (
@@ -132,7 +132,7 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
             scale_after_window(ddp, windows[rank])
             optimizer.step()
         grads = grads_of(ddp.module)  # the step leaves .grad as it was
-        weights = torch.cat([p.detach().flatten() for p in ddp.parameters()])
+        weights = flat_weights(ddp.module)
         results[way] = {
             "grad_max_diff_vs_single_process_last_joiner": worst_over_ranks(
                 max_diff(grads, reference) if rank == last else 0.0

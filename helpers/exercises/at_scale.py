@@ -25,6 +25,7 @@ from helpers.checks import (
     number_checker,
     wrong,
 )
+from helpers.models import flat_weights
 from helpers.spies import ClipSpy, ScalerSpy
 
 check_effective_batch = number_checker(
@@ -103,10 +104,6 @@ def _amp_setup():
     windows = [batches[:3], [*overflow, batches[5]], [(x, 0.02 * y) for x, y in batches[6:]]]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     return model, optimizer, torch.amp.GradScaler("cpu", init_scale=2.0**12), windows
-
-
-def _weights(model) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 # The loop auditor's findings, as the hint each exercise gives (any other code: its message).
@@ -280,7 +277,7 @@ def _amp_reference(windows, mistake: str | None = None):
         model, optimizer, [b for w in windows for b in w], k, loss_fn=loss_fn,
         amp_dtype=torch.bfloat16, scaler=scaler, max_norm=None if mistake == "no clip" else 1.0,
     )  # fmt: skip
-    return _weights(model) if mistake else (_weights(model), scaler)
+    return flat_weights(model) if mistake else (flat_weights(model), scaler)
 
 
 @checker
@@ -298,7 +295,7 @@ def check_amp_window(amp_window: object) -> CheckResult:
         return wrong("your function still has `...` in it: replace each one with code.")
     model, optimizer, scaler, windows = _amp_setup()
     reference, ref_scaler = _amp_reference(windows)
-    start = _weights(model)
+    start = flat_weights(model)
     spy = ScalerSpy(scaler, optimizer)
     backwards = []  # the backward passes that reached the model, in each window
 
@@ -316,7 +313,7 @@ def check_amp_window(amp_window: object) -> CheckResult:
                 call_learner(amp_window, model, optimizer, scaler, window)
     except LearnerCodeError as error:
         return wrong(scaler_error_hint(str(error), spy.calls))
-    got, expected = _weights(model), reference
+    got, expected = flat_weights(model), reference
     summed = (  # one backward on the window's summed loss: the auditor sees windows of 1
         {finding.code for finding in audit.findings} == {"window-length"}
         and backwards == [1] * len(windows)

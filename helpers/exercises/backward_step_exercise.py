@@ -21,6 +21,7 @@ from helpers.checks import (
     wrong,
 )
 from helpers.exercises.window_records import close, near, watch_clipping
+from helpers.models import flat_weights
 
 REPAIR_CALL = "train(model, micro_batches, k)"
 REPAIR_LR = 0.5
@@ -41,10 +42,6 @@ def _repair_model():
     from helpers.models import make_mlp
 
     return make_mlp((4, 8, 1), seed=3)
-
-
-def _flat(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
 @functools.cache
@@ -68,7 +65,7 @@ def _repair_reference(variant: str = "correct") -> torch.Tensor:
         if variant not in ("no clip", "clip in the loop"):
             nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         optimizer.step()
-    return _flat(model)
+    return flat_weights(model)
 
 
 REPAIR_VARIANTS = {
@@ -166,7 +163,7 @@ def check_repaired_window(train) -> CheckResult:
         return wrong(NOT_ANSWERED)
     function = as_function(train, REPAIR_CALL)
     model = _repair_model()
-    start = _flat(model)
+    start = flat_weights(model)
     forwards, steps = [0], []
 
     def count_forward(*_):
@@ -186,7 +183,7 @@ def check_repaired_window(train) -> CheckResult:
     finally:
         for handle in handles:
             handle.remove()
-    weights = _flat(model)
+    weights = flat_weights(model)
     if close(weights, _repair_reference()):
         return correct(
             "one optimizer step per window on the accumulated, clipped gradient: the same "
