@@ -40,8 +40,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from helpers import stacks
 from helpers.models import TokenModel, flat_weights
 from helpers.spies import ClipSpy, ScalerSpy
+from helpers.stacks import PAD
 
 WORLD = 2
 K = 3  # micro-batches per window: 10 micro-batches make windows of 3, 3, 3 and 1
@@ -52,7 +54,6 @@ GAMMA = 0.5  # StepLR(step_size=1): the learning rate halves after every window
 MAX_NORM = 0.3
 INIT_SCALE = 2.0**12
 OVERFLOW = (1, 4)  # (rank, micro-batch): window 2's second micro-batch on rank 1 overflows
-PAD = -100
 
 # What the learner's module starts with: the names the exercise says are there.
 PREAMBLE = """\
@@ -122,7 +123,9 @@ def add_overflow(model: nn.Module, tokens: torch.Tensor):
 
 
 def token_count(targets: torch.Tensor) -> int:
-    return int((targets != PAD).sum())
+    """:func:`helpers.stacks.token_count` (the micro-batch's non-padding tokens) as an int,
+    to add up and print."""
+    return int(stacks.token_count(targets))
 
 
 # ------------------------------------------------------------------ the reference

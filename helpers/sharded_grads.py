@@ -12,14 +12,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.models import TokenModel
+from helpers.stacks import token_count, token_loss_sum
 from helpers.token_ranks import (
-    PAD,
     VOCAB,
     grads_of,
     max_diff,
     single_process_grads,
     sync_unless_last,
-    token_loss_sum,
     token_windows,
     worst_over_ranks,
 )
@@ -137,13 +136,13 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
 
     ddp = DDP(model, gradient_as_bucket_view=True)
     ddp.register_comm_hook(None, recording_allreduce)
-    count = torch.tensor([sum(int((y != PAD).sum()) for _, y in mine)])
+    count = torch.tensor([sum(int(token_count(y)) for _, y in mine)])
     dist.all_reduce(count)
 
     def window():
         for j, (x, y) in enumerate(mine):
             with sync_unless_last(ddp, j, k):
-                (token_loss_sum(ddp, x, y)[0] * world / int(count)).backward()
+                (token_loss_sum(ddp, x, y) * world / int(count)).backward()
 
     window()
     grad = model.out.weight.grad

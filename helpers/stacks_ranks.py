@@ -41,14 +41,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from helpers.ddp_accumulation import exit_when_orphaned, leave_at_once
 from helpers.models import TokenModel
 from helpers.sharded_grads import bucket_view_case, fsdp2_case
+from helpers.stacks import token_count, token_loss_sum
 from helpers.token_ranks import (
-    PAD,
     VOCAB,
     grads_of,
     max_diff,
     sync_unless_last,
     token_loss_case,
-    token_loss_sum,
     token_windows,
 )
 from helpers.uneven_ranks import join_case, sampler_case, uneven
@@ -88,15 +87,15 @@ def _static_graph_windows(args, rank: int, world: int, synced_first: bool) -> di
     try:
         ddp = DDP(model, static_graph=True, process_group=group)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.5)
-        count = sum(int((y != PAD).sum()) for _, y in everything)
+        count = sum(int(token_count(y)) for _, y in everything)
         for iteration in range(args.iterations):
             for j, (x, y) in enumerate(mine):
                 sync = synced_first and iteration == 0
                 with contextlib.nullcontext() if sync else sync_unless_last(ddp, j, args.k):
-                    (token_loss_sum(ddp, x, y)[0] * world / count).backward()
+                    (token_loss_sum(ddp, x, y) * world / count).backward()
             reference_opt.zero_grad()
             for x, y in everything:
-                (token_loss_sum(reference_model, x, y)[0] / count).backward()
+                (token_loss_sum(reference_model, x, y) / count).backward()
             worst = max(worst, max_diff(grads_of(model), grads_of(reference_model)))
             optimizer.step()
             reference_opt.step()

@@ -14,19 +14,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel
+from helpers.stacks import PAD, token_count, token_loss_sum
 
 VOCAB = 11
 MAX_NORM = 0.05  # below the true gradient norm, so that clipping acts
-PAD = -100
 
 
 # ---------------------------------------------------------------- shared pieces
-
-
-def token_loss_sum(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor):
-    """The sum of the per-token losses (padding, ``-100``, not counted) and the token count."""
-    loss = nn.functional.cross_entropy(model(tokens), targets, ignore_index=PAD, reduction="sum")
-    return loss, int((targets != PAD).sum())
 
 
 def grads_of(model: nn.Module) -> list[torch.Tensor]:
@@ -53,9 +47,9 @@ def worst_over_ranks(value: float) -> float:
 def single_process_grads(batches) -> list[torch.Tensor]:
     """One process on ``batches`` (all the data): the mean over every counted token."""
     model = TokenModel(vocab=VOCAB, seed=0)
-    total = sum(int((y != PAD).sum()) for _, y in batches)
+    total = sum(int(token_count(y)) for _, y in batches)
     for x, y in batches:
-        (token_loss_sum(model, x, y)[0] / total).backward()
+        (token_loss_sum(model, x, y) / total).backward()
     return grads_of(model)
 
 
@@ -83,7 +77,7 @@ def naive_window(ddp: DDP, window) -> None:
     ranks: wrong when the ranks (or micro-batches) count different numbers of tokens."""
     for j, (x, y) in enumerate(window):
         with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
-            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100)
+            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=PAD)
             (loss / len(window)).backward()
 
 
@@ -92,11 +86,11 @@ def scale_before_window(ddp: DDP, window) -> int:
     window's token count first; each micro-batch's loss is its token-loss sum times
     ``world / global count`` (the world size cancels DDP's averaging; torchtitan divides by
     the count alone and turns FSDP's averaging off instead)."""
-    count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
+    count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
     dist.all_reduce(count)
     for j, (x, y) in enumerate(window):
         with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
-            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100, reduction="sum")
+            loss = token_loss_sum(ddp, x, y)
             (loss * dist.get_world_size() / count.item()).backward()
     return count.item()
 
@@ -110,8 +104,8 @@ def scale_after_window(ddp: DDP, window) -> int:
     for j, (x, y) in enumerate(window):
         last = j == len(window) - 1
         with contextlib.nullcontext() if last else ddp.no_sync():
-            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100, reduction="sum")
-            count += (y != -100).sum()
+            loss = token_loss_sum(ddp, x, y)
+            count += token_count(y)
             if last:
                 pending = dist.all_reduce(count, async_op=True)
             loss.backward()
@@ -125,7 +119,7 @@ def token_loss_case(rank: int, world: int, k: int, micro_batch: int, max_length:
     everything, windows = token_windows(world, k, micro_batch, max_length)
     mine = windows[rank]
     reference = single_process_grads(everything)
-    counts = [sum(int((y != PAD).sum()) for _, y in window) for window in windows]
+    counts = [sum(int(token_count(y)) for _, y in window) for window in windows]
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
     naive_window(ddp, mine)
     naive = grads_of(ddp.module)

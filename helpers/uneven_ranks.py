@@ -12,20 +12,18 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel, flat_weights
+from helpers.stacks import token_count, token_loss_sum
 from helpers.token_ranks import (
-    PAD,
     VOCAB,
     grads_of,
     max_diff,
     rel_error,
     scale_after_window,
     single_process_grads,
-    token_loss_sum,
     worst_over_ranks,
 )
 
@@ -56,12 +54,12 @@ def join_window(ddp: DDP, window, optimizer, divide_by_initial_world_size: bool 
     shadowed)."""
     from torch.distributed.algorithms import Join
 
-    count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
+    count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
     dist.all_reduce(count)
     accumulated = [torch.zeros_like(p) for p in ddp.parameters()]
     with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
         for x, y in window:
-            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=-100, reduction="sum")
+            loss = token_loss_sum(ddp, x, y)
             loss.backward()  # all-reduces this micro-batch's gradient
             for p, total in zip(ddp.parameters(), accumulated, strict=True):
                 total += p.grad
@@ -76,11 +74,11 @@ def join_accumulating_in_grad(ddp: DDP, window, optimizer) -> None:
     accumulated gradient, so a shadowing rank's zeros halve the earlier micro-batches'."""
     from torch.distributed.algorithms import Join
 
-    count = torch.tensor([sum(int((y != -100).sum()) for _, y in window)])
+    count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
     dist.all_reduce(count)
     with Join([ddp]):
         for x, y in window:
-            token_loss_sum(ddp, x, y)[0].backward()
+            token_loss_sum(ddp, x, y).backward()
         for p in ddp.parameters():
             p.grad *= dist.get_world_size() / count.item()
         optimizer.step()
@@ -107,9 +105,9 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
     would not be shadowed)."""
     everything, windows = uneven_windows(counts, micro_batch, max_length)
     reference_model = TokenModel(vocab=VOCAB, seed=0)
-    total = sum(int((y != PAD).sum()) for _, y in everything)
+    total = sum(int(token_count(y)) for _, y in everything)
     for x, y in everything:
-        (token_loss_sum(reference_model, x, y)[0] / total).backward()
+        (token_loss_sum(reference_model, x, y) / total).backward()
     reference = grads_of(reference_model)
     torch.optim.SGD(reference_model.parameters(), lr=1.0).step()
     expected = flat_weights(reference_model)
@@ -168,8 +166,8 @@ def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_
         local = torch.zeros(1, dtype=torch.int64)
         micro_batches = 0
         for x, y in loader:
-            loss, n_tokens = token_loss_sum(ddp, x, y)
-            local += n_tokens
+            loss = token_loss_sum(ddp, x, y)
+            local += token_count(y)
             loss.backward()
             micro_batches += 1
         dist.all_reduce(local)
@@ -232,7 +230,7 @@ def uneven(args, rank: int, world: int) -> dict:
     try:
         for j, (x, y) in enumerate(windows[rank]):
             where = f"the gradient all-reduce of its micro-batch {j + 1} of {counts[rank]}"
-            token_loss_sum(ddp, x, y)[0].backward()
+            token_loss_sum(ddp, x, y).backward()
         where = f"the barrier after its {counts[rank]} micro-batches"
         dist.barrier(group=short)  # the end of the epoch: every rank meets here
     except RuntimeError as error:
