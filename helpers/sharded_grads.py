@@ -12,11 +12,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers.models import TokenModel
-from helpers.stacks import token_count, token_loss_sum
+from helpers.stacks import max_difference, token_count, token_loss_sum
 from helpers.token_ranks import (
     VOCAB,
     grads_of,
-    max_diff,
     single_process_grads,
     sync_unless_last,
     token_windows,
@@ -113,7 +112,7 @@ def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
         results[mode] = {
             "reduce_scatters_per_step": counter.reduce_scatters(),
             "collectives": dict(counter.counts),
-            "grad_max_diff_vs_single_process": worst_over_ranks(max_diff(grads, reference)),
+            "grad_max_diff_vs_single_process": worst_over_ranks(max_difference(grads, reference)),
             "grad_bytes_held_between_micro_batches": max(held),
         }
     return results
@@ -154,14 +153,14 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
         detach_error = ""
     except RuntimeError as error:
         detach_error = str(error).splitlines()[0]
-    accumulated = max_diff(grads_of(model), single_process_grads(everything))
+    accumulated = max_difference(grads_of(model), single_process_grads(everything))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     pointers = [p.grad.data_ptr() for p in model.parameters()]
     optimizer.zero_grad(set_to_none=False)
     same_storage = pointers == [p.grad.data_ptr() for p in model.parameters()]
     zeroed = all(bool((p.grad == 0).all()) for p in model.parameters())
     window()  # a second window into the same, zeroed, bucket views
-    second = max_diff(grads_of(model), single_process_grads(everything))
+    second = max_difference(grads_of(model), single_process_grads(everything))
     optimizer.zero_grad(set_to_none=True)
     dropped = all(p.grad is None for p in model.parameters())
     return {

@@ -41,11 +41,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from helpers.ddp_accumulation import exit_when_orphaned, leave_at_once
 from helpers.models import TokenModel
 from helpers.sharded_grads import bucket_view_case, fsdp2_case
-from helpers.stacks import token_count, token_loss_sum
+from helpers.stacks import max_difference, token_count, token_loss_sum
 from helpers.token_ranks import (
     VOCAB,
     grads_of,
-    max_diff,
     sync_unless_last,
     token_loss_case,
     token_windows,
@@ -96,7 +95,7 @@ def _static_graph_windows(args, rank: int, world: int, synced_first: bool) -> di
             reference_opt.zero_grad()
             for x, y in everything:
                 (token_loss_sum(reference_model, x, y) / count).backward()
-            worst = max(worst, max_diff(grads_of(model), grads_of(reference_model)))
+            worst = max(worst, max_difference(grads_of(model), grads_of(reference_model)))
             optimizer.step()
             reference_opt.step()
             optimizer.zero_grad()

@@ -12,9 +12,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from helpers.accumulation import relative_error
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel
-from helpers.stacks import PAD, token_count, token_loss_sum
+from helpers.stacks import PAD, max_difference, token_count, token_loss_sum
 
 VOCAB = 11
 MAX_NORM = 0.05  # below the true gradient norm, so that clipping acts
@@ -25,16 +26,6 @@ MAX_NORM = 0.05  # below the true gradient norm, so that clipping acts
 
 def grads_of(model: nn.Module) -> list[torch.Tensor]:
     return [p.grad.detach().clone() for p in model.parameters()]
-
-
-def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
-
-
-def rel_error(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    """``|a - b| / |b|`` over all the gradients flattened together."""
-    flat_a, flat_b = torch.cat([x.flatten() for x in a]), torch.cat([x.flatten() for x in b])
-    return ((flat_a - flat_b).norm() / flat_b.norm()).item()
 
 
 def worst_over_ranks(value: float) -> float:
@@ -135,10 +126,10 @@ def token_loss_case(rank: int, world: int, k: int, micro_batch: int, max_length:
     return {
         "tokens_per_rank": counts,
         "global_tokens": global_count,
-        "naive_rel_error": worst_over_ranks(rel_error(naive, reference)),
-        "scale_before_max_diff": worst_over_ranks(max_diff(before, reference)),
-        "scale_after_max_diff": worst_over_ranks(max_diff(after, reference)),
-        "scale_after_vs_before_max_diff": worst_over_ranks(max_diff(after, before)),
+        "naive_rel_error": worst_over_ranks(relative_error(naive, reference)),
+        "scale_before_max_diff": worst_over_ranks(max_difference(before, reference)),
+        "scale_after_max_diff": worst_over_ranks(max_difference(after, reference)),
+        "scale_after_vs_before_max_diff": worst_over_ranks(max_difference(after, before)),
         "max_norm": MAX_NORM,
         "true_grad_norm": true_norm,
         "norm_clipping_sees": seen_norm,

@@ -14,14 +14,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from helpers.accumulation import relative_error
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel, flat_weights
-from helpers.stacks import token_count, token_loss_sum
+from helpers.stacks import max_difference, token_count, token_loss_sum
 from helpers.token_ranks import (
     VOCAB,
     grads_of,
-    max_diff,
-    rel_error,
     scale_after_window,
     single_process_grads,
     worst_over_ranks,
@@ -133,10 +132,10 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
         weights = flat_weights(ddp.module)
         results[way] = {
             "grad_max_diff_vs_single_process_last_joiner": worst_over_ranks(
-                max_diff(grads, reference) if rank == last else 0.0
+                max_difference(grads, reference) if rank == last else 0.0
             ),
             "grad_rel_error_vs_single_process_last_joiner": worst_over_ranks(
-                rel_error(grads, reference) if rank == last else 0.0
+                relative_error(grads, reference) if rank == last else 0.0
             ),
             "weights_max_diff_vs_single_process": worst_over_ranks(
                 (weights - expected).abs().max().item()
@@ -185,10 +184,10 @@ def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_
             "repeated_sequences": len(seen) - len(kept),
             "dropped_sequences": n_sequences - len(kept),
             "rel_error_vs_single_process": worst_over_ranks(
-                rel_error(grads_of(ddp.module), reference)
+                relative_error(grads_of(ddp.module), reference)
             ),
             "max_diff_vs_one_process_on_what_ranks_saw": worst_over_ranks(
-                max_diff(grads_of(ddp.module), exact)
+                max_difference(grads_of(ddp.module), exact)
             ),
         }
     return results
