@@ -35,9 +35,11 @@ def worst_over_ranks(value: float) -> float:
     return tensor.item()
 
 
-def single_process_grads(batches) -> list[torch.Tensor]:
-    """One process on ``batches`` (all the data): the mean over every counted token."""
-    model = TokenModel(vocab=VOCAB, seed=0)
+def single_process_grads(batches, model: nn.Module | None = None) -> list[torch.Tensor]:
+    """One process on ``batches`` (all the data): the mean over every counted token,
+    backwarded into ``model`` (by default a fresh copy of the ranks' starting model)."""
+    if model is None:
+        model = TokenModel(vocab=VOCAB, seed=0)
     total = sum(int(token_count(y)) for _, y in batches)
     for x, y in batches:
         (token_loss_sum(model, x, y) / total).backward()

@@ -104,10 +104,7 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
     would not be shadowed)."""
     everything, windows = uneven_windows(counts, micro_batch, max_length)
     reference_model = TokenModel(vocab=VOCAB, seed=0)
-    total = sum(int(token_count(y)) for _, y in everything)
-    for x, y in everything:
-        (token_loss_sum(reference_model, x, y) / total).backward()
-    reference = grads_of(reference_model)
+    reference = single_process_grads(everything, reference_model)
     torch.optim.SGD(reference_model.parameters(), lr=1.0).step()
     expected = flat_weights(reference_model)
     last = max(range(world), key=lambda r: (counts[r], r))  # the last rank to join
