@@ -191,9 +191,14 @@ def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
         60,
         "the kernel to be ready",
     )  # fmt: skip
+    check_the_setup_cell_is_folded_under_its_title(browser, nb, path)
     started = time.monotonic()
     run_all_until_it_starts(browser)
-    n_code = sum(cell.cell_type == "code" for cell in nb.cells)
+    # A folded cell shows no prompt: count the others, and see the setup cell ran first.
+    n_code = sum(
+        cell.cell_type == "code" and not cell.metadata.get("jupyter", {}).get("source_hidden")
+        for cell in nb.cells
+    )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     try:
         wait_for(lambda: all_cells_ran(browser, n_code), RUN_TIMEOUT_S, f"{path.name} to run")
@@ -202,6 +207,7 @@ def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
         raise AssertionError(f"{error}; the prompts: {prompts(browser)}") from None
     seconds = time.monotonic() - started
     browser.save_screenshot(str(SCREENSHOTS / f"{path.stem}.png"))
+    assert prompts(browser)[0] == "[2]:", "the folded setup cell did not run first, as [1]"
     erroring = {
         index
         for index, cell in enumerate(cells(browser))
@@ -218,6 +224,20 @@ def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
         check_a_slider_moves_its_output(browser, path)
     print(f"{path.name}: ran in {seconds:.1f} s in the browser")
     shut_down_kernels(base, token)
+
+
+def check_the_setup_cell_is_folded_under_its_title(driver, nb, path) -> None:
+    """JupyterLab shows the setup cell as one line, its title, with the code folded away."""
+    [index] = cells_tagged(nb, "course-setup")
+    setup = cells(driver)[index]
+    placeholder = setup.find_elements(By.CSS_SELECTOR, ".jp-InputPlaceholder")
+    assert placeholder, "the setup cell's code is not folded"
+    assert "Course setup" in placeholder[0].text, placeholder[0].text
+    assert not setup.find_elements(By.CSS_SELECTOR, ".jp-InputArea-editor .cm-content"), (
+        "the setup cell's code is on the page"
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{path.stem}-setup-folded.png"))
 
 
 def shut_down_kernels(base: str, token: str) -> None:

@@ -87,8 +87,9 @@ class TestAnatomy:
         nb = read(path)
         assert cells_tagged(nb, sync_notebooks.BADGES_TAG) == [1]
         badges = nb.cells[1].source
-        assert "Open In Colab" in badges and "Launch Binder" in badges
+        assert "[Open in Colab](" in badges and "[Launch Binder](" in badges
         assert badges.count(path.name) == 2
+        assert "![" not in badges, "text links: a badge image shows as broken alt text offline"
 
     def test_overview_has_questions_objectives_and_minutes(self, path):
         nb = read(path)
@@ -102,6 +103,14 @@ class TestAnatomy:
         first = code_cells(nb)[0]
         assert sync_notebooks.SETUP_TAG in tags(first)
         assert first.outputs == [], "the setup cell must print nothing outside Colab"
+
+    def test_setup_cell_is_folded_in_jupyterlab_and_a_form_on_colab(self, path):
+        [index] = cells_tagged(read(path), sync_notebooks.SETUP_TAG)
+        cell = read(path).cells[index]
+        assert cell.metadata["jupyter"]["source_hidden"] is True, "folded in JupyterLab"
+        assert cell.metadata["cellView"] == "form", "a form on Colab"
+        title_line = cell.source.splitlines()[0]
+        assert re.fullmatch(r'# @title Course setup\b.+ \{ display-mode: "form" \}', title_line)
 
     def test_sections_are_short(self, path):
         for cell in read(path).cells:

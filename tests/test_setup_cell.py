@@ -78,3 +78,28 @@ def test_on_colab_it_installs_only_what_is_missing_and_never_torch(tmp_path):
     git, pip = report["commands"]
     assert git[:2] == ["git", "clone"]
     assert pip[1:] == ["-m", "pip", "install", "-q", "ipywidgets"]
+
+
+def test_sync_restores_the_setup_cells_folding_when_it_is_lost(tmp_path, monkeypatch):
+    """Opening the cell in JupyterLab writes source_hidden: false; --check reports it, and a
+    sync folds it again without touching anything else."""
+    import shutil
+
+    import course
+
+    folder = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", folder)
+    monkeypatch.setattr(course, "NOTEBOOKS", folder)
+    path = course.notebook_paths()[2]
+    nb = course.read(path)
+    [index] = course.cells_tagged(nb, sync_notebooks.SETUP_TAG)
+    nb.cells[index].metadata["jupyter"]["source_hidden"] = False
+    del nb.cells[index].metadata["cellView"]
+    course.write(nb, path)
+    assert sync_notebooks.sync(check=True) == [path.name]
+    assert sync_notebooks.sync() == [path.name]
+    cell = course.read(path).cells[index]
+    assert cell.metadata["jupyter"] == {"source_hidden": True}
+    assert cell.metadata["cellView"] == "form"
+    assert sync_notebooks.sync(check=True) == []
+    assert (folder / path.name).read_bytes() == (ROOT / "notebooks" / path.name).read_bytes()

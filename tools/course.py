@@ -29,6 +29,23 @@ def repository_url() -> str:
     return url
 
 
+def launch_links(filename: str, url: str | None = None) -> dict[str, str]:
+    """Where a notebook opens online, from the one setting (the repository URL and BRANCH):
+    ``{"Open in Colab": ..., "Launch Binder": ...}``. The notebooks' link cell and the site's
+    launch bar are both made from it."""
+    owner_repo = (url or repository_url()).removeprefix("https://github.com/")
+    return {
+        "Open in Colab": (
+            f"https://colab.research.google.com/github/{owner_repo}/blob/{BRANCH}"
+            f"/notebooks/{filename}"
+        ),
+        "Launch Binder": (
+            f"https://mybinder.org/v2/gh/{owner_repo}/{BRANCH}"
+            f"?urlpath=lab/tree/notebooks/{filename}"
+        ),
+    }
+
+
 def pinned_torch(constraints: Path = ROOT / "constraints.txt") -> str:
     """The torch version that the committed outputs are made with: constraints.txt's pin."""
     match = re.search(r"^torch==(\S+)$", constraints.read_text(encoding="utf-8"), re.MULTILINE)

@@ -1,5 +1,9 @@
-"""Regenerate every notebook's badges, setup cell and link to the next notebook from the
+"""Regenerate every notebook's launch links, setup cell and link to the next notebook from the
 repository URL in pyproject.toml.
+
+The setup cell stays out of the learner's way: its first line is a title, and its metadata
+folds its code in JupyterLab (``jupyter.source_hidden``) and makes it a form on Colab
+(``cellView: form``, with the title's ``display-mode: "form"``). The course site folds it too.
 
     python tools/sync_notebooks.py          # rewrite what drifted
     python tools/sync_notebooks.py --check  # list what drifted, exit 1 if anything did
@@ -11,15 +15,18 @@ import argparse
 import sys
 
 import nbformat
-from course import BRANCH, cells_tagged, notebook_paths, read, repository_url, title, write
+from course import cells_tagged, launch_links, notebook_paths, read, repository_url, title, write
 
 BADGES_TAG = "course-badges"
 SETUP_TAG = "course-setup"
 NEXT_TAG = "course-next"
 
+SETUP_TITLE = "Course setup (run it first): makes the course's helpers importable"
+SETUP_METADATA = {"jupyter": {"source_hidden": True}, "cellView": "form"}
 SETUP_TEMPLATE = """\
-# Course setup, written by tools/sync_notebooks.py: makes `helpers` importable.
-# On Colab it first fetches the course and installs what Colab lacks; elsewhere it is silent.
+# @title {title} {{ display-mode: "form" }}
+# Written by tools/sync_notebooks.py. On Colab it first fetches the course and installs what
+# Colab lacks; elsewhere it is silent.
 import importlib.util, os, pathlib, subprocess, sys  # noqa: E401, I001
 
 URL = "{url}"
@@ -39,21 +46,13 @@ if importlib.util.find_spec("helpers") is None:
 
 
 def badges_source(url: str, filename: str) -> str:
-    owner_repo = url.removeprefix("https://github.com/")
-    colab = (
-        f"https://colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/notebooks/{filename}"
-    )
-    binder = (
-        f"https://mybinder.org/v2/gh/{owner_repo}/{BRANCH}?urlpath=lab/tree/notebooks/{filename}"
-    )
-    return (
-        f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}) "
-        f"[![Launch Binder](https://mybinder.org/badge_logo.svg)]({binder})"
-    )
+    """The cell under the title: text links (no badge images, which show as broken offline)."""
+    links = launch_links(filename, url)
+    return "**Run it online:** " + " · ".join(f"[{name}]({href})" for name, href in links.items())
 
 
 def setup_source(url: str) -> str:
-    return SETUP_TEMPLATE.format(url=url, name=url.rsplit("/", 1)[-1])
+    return SETUP_TEMPLATE.format(title=SETUP_TITLE, url=url, name=url.rsplit("/", 1)[-1])
 
 
 def next_source(next_title: str | None, next_file: str | None) -> str:
@@ -65,18 +64,23 @@ def next_source(next_title: str | None, next_file: str | None) -> str:
     return f"**Next:** [{next_title}]({next_file})"
 
 
-def _set(nb, tag: str, kind: str, source: str, position: int) -> bool:
-    """Give the cell tagged ``tag`` this source (creating it at ``position``); True if changed."""
+def _set(nb, tag: str, kind: str, source: str, position: int, metadata: dict | None = None) -> bool:
+    """Give the cell tagged ``tag`` this source and these metadata entries (creating it at
+    ``position``); True if anything changed."""
+    metadata = metadata or {}
     found = cells_tagged(nb, tag)
-    if found:
-        cell = nb.cells[found[0]]
-        if cell.source == source and cell.cell_type == kind:
-            return False
-        cell.source = source
+    if not found:
+        maker = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+        nb.cells.insert(position, maker(source, metadata={"tags": [tag], **metadata}))
         return True
-    maker = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
-    nb.cells.insert(position, maker(source, metadata={"tags": [tag]}))
-    return True
+    cell = nb.cells[found[0]]
+    changed = cell.source != source or cell.cell_type != kind
+    cell.source = source
+    for key, value in metadata.items():
+        if cell.metadata.get(key) != value:
+            cell.metadata[key] = nbformat.from_dict(value) if isinstance(value, dict) else value
+            changed = True
+    return changed
 
 
 def sync(check: bool = False) -> list[str]:
@@ -91,7 +95,7 @@ def sync(check: bool = False) -> list[str]:
         next_file = paths[index + 1].name if following else None
         changed = _set(nb, BADGES_TAG, "markdown", badges_source(url, path.name), 1)
         overview = 3 if len(nb.cells) > 2 else len(nb.cells)
-        changed |= _set(nb, SETUP_TAG, "code", setup_source(url), overview)
+        changed |= _set(nb, SETUP_TAG, "code", setup_source(url), overview, SETUP_METADATA)
         changed |= _set(nb, NEXT_TAG, "markdown", next_source(next_title, next_file), len(nb.cells))
         if changed:
             drifted.append(path.name)
