@@ -103,16 +103,24 @@ def lab(tmp_path_factory):
         server.kill()
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+def start_chromium(user_data_dir: Path, record_requests: bool = False):
+    """Headless Chromium through chromedriver; ``record_requests`` keeps its network and
+    console logs (``driver.get_log("performance")``, ``driver.get_log("browser")``)."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):  # fmt: skip
+                 f"--user-data-dir={user_data_dir}"):  # fmt: skip
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    if record_requests:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = start_chromium(tmp_path_factory.mktemp("chromium"))
     yield driver
     driver.quit()
 

@@ -1,16 +1,14 @@
-"""The workshop kit and the course site: the guide follows the notebooks, the setup page and
-hub link point at the course, the glossary's terms are the notebooks' own, solutions can be
-stripped, and the site has every page and no broken link."""
+"""The workshop kit: the guide follows the notebooks, the setup page and hub link point at the
+course, the glossary's terms are the notebooks' own, and solutions can be stripped. The course
+site has tests of its own (tests/test_site.py, tests/test_site_browser.py)."""
 
 from __future__ import annotations
 
 import itertools
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-import build_site
 import build_workshop
 import hub_link
 import pytest
@@ -147,33 +145,3 @@ def test_strip_solutions_refuses_a_folder_with_files(tmp_path):
     (tmp_path / "something").write_text("x")
     with pytest.raises(ValueError, match="not empty"):
         strip_solutions.strip_solutions(tmp_path)
-
-
-# ------------------------------------------------------------------ the site
-class Links(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self.links += [value for name, value in attrs if name == "href" and value]
-
-
-def test_the_site_has_every_page_and_no_broken_link(tmp_path):
-    pages = build_site.build(tmp_path)
-    names = {page.name for page in pages}
-    assert {f"{p.stem}.html" for p in NOTEBOOKS} <= names
-    assert {"index.html", "instructor-guide.html", "setup.html", "glossary.html"} <= names
-    for page in pages:
-        parser = Links()
-        parser.feed(page.read_text(encoding="utf-8"))
-        local = [link for link in parser.links if not re.match(r"[a-z]+:|#", link)]
-        for link in local:
-            assert (tmp_path / link.split("#")[0]).exists(), f"{page.name} links to {link}"
-        assert not any(link.endswith((".ipynb", ".md")) for link in local), page.name
-    notebook_page = (tmp_path / "05_pitfalls.html").read_text(encoding="utf-8")
-    assert 'href="04_several_losses.html"' in notebook_page
-    assert 'href="06_accumulation_at_scale.html"' in notebook_page
-    assert "No findings (36 steps, 36 backward passes)." in notebook_page, "outputs included"
-    assert "data:image/png;base64" in (tmp_path / "01_autograd_accumulates.html").read_text()

@@ -4,9 +4,13 @@
     python tools/build_site.py --out DIR
 
 Every notebook becomes a page with its committed outputs (nothing is re-run), with links to
-the course index and to the previous and next notebook; the README, the instructor guide, the
+the course index and to the previous and next notebook, "Open in Colab", "Launch Binder" and
+"Download .ipynb" links, and its setup cell folded; the README, the instructor guide, the
 setup page and the glossary become pages too, and links between them point to the pages.
-Open DIR/index.html in a browser. Formulas are shown as TeX (MathJax needs the network).
+Every page has a search box over all of them. Formulas are typeset by KaTeX and the search runs
+on lunr.js, both bundled into DIR/_static/ (tools/site_assets.py fetches them from the npm
+registry once), so no page loads anything from the network. Open DIR/index.html, or publish
+DIR as it is (README: "The course site").
 """
 
 from __future__ import annotations
@@ -14,33 +18,44 @@ from __future__ import annotations
 import argparse
 import html
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import mistune
 import nbformat
-from course import ROOT, notebook_paths, read, title
+import site_assets
+import site_search
+from bs4 import BeautifulSoup
+from course import ROOT, launch_links, notebook_paths, read, title
 from nbconvert import HTMLExporter
 
+FILES = Path(__file__).resolve().parent / "site_files"
 PAGES = {  # markdown source -> page in the site
     ROOT / "README.md": "index.html",
     ROOT / "workshop" / "instructor-guide.md": "instructor-guide.html",
     ROOT / "workshop" / "setup.md": "setup.html",
     ROOT / "workshop" / "glossary.md": "glossary.html",
 }
-NAV_STYLE = """
-nav.course { display: flex; gap: 1.5rem; padding: 0.6rem 0; border-bottom: 1px solid #ccc;
-             margin-bottom: 1rem; font-family: system-ui, sans-serif; flex-wrap: wrap; }
-"""
-STYLE = (
-    NAV_STYLE
-    + """
+PAGE_TITLES = {
+    "index.html": "Gradient Mechanics in PyTorch",
+    "instructor-guide.html": "Instructor guide",
+    "setup.html": "Learner setup",
+    "glossary.html": "Glossary",
+}
+HEAD = """<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<link rel="stylesheet" href="_static/katex/katex.min.css">
+<link rel="stylesheet" href="_static/course.css">
+<script defer src="_static/katex/katex.min.js"></script>
+<script defer src="_static/katex/auto-render.min.js"></script>
+<script defer src="_static/course.js"></script>"""
+MARKDOWN_STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 0 auto; padding: 0 1rem;
        line-height: 1.5; }
 table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; }
 pre { background: #f6f8fa; padding: 0.6rem; overflow-x: auto; }
 """
-)
+markdown = mistune.create_markdown(plugins=["strikethrough", "footnotes", "table", "math"])
 
 
 def _page_name(path: Path) -> str:
@@ -62,7 +77,12 @@ def _rewrite_links(text: str, here: Path) -> str:
             return match.group(0)
         return f"{match.group(1)}{page}{'#' + anchor if anchor else ''}{match.group(3)}"
 
-    return re.sub(r'(href=")([^"]+)(")', replace, text)
+    def replace_in(tag: re.Match) -> str:
+        if re.search(r"\sdownload\b", tag.group(0)):  # "Download .ipynb" keeps its file
+            return tag.group(0)
+        return re.sub(r'(href=")([^"]+)(")', replace, tag.group(0))
+
+    return re.sub(r"<a\b[^>]*>", replace_in, text)
 
 
 def _nav(previous: tuple[str, str] | None, following: tuple[str, str] | None) -> str:
@@ -74,44 +94,114 @@ def _nav(previous: tuple[str, str] | None, following: tuple[str, str] | None) ->
     items.append('<a href="setup.html">Setup</a>')
     items.append('<a href="instructor-guide.html">Instructor guide</a>')
     items.append('<a href="glossary.html">Glossary</a>')
+    items.append(
+        '<div class="course-search" role="search"><input type="search" '
+        'placeholder="Search the course" aria-label="Search the course" autocomplete="off">'
+        '<ol class="course-search-results" hidden></ol></div>'
+    )
     return '<nav class="course">' + "".join(items) + "</nav>"
 
 
-def _markdown_page(source: Path, page_title: str) -> str:
-    body = mistune.html(source.read_text(encoding="utf-8"))
+def _launch(path: Path) -> str:
+    """The notebook page's launch links: made from the setting the notebooks' links use."""
+    links = [
+        f'<a href="{html.escape(href)}">{html.escape(name)}</a>'
+        for name, href in launch_links(path.name).items()
+    ]
+    links.append(f'<a href="{path.name}" download>Download .ipynb</a>')
+    launch = '<p class="course-launch"><strong>Run it:</strong> ' + " · ".join(links) + "</p>"
+    # In the markup of a markdown cell, so that it lines up with the notebook's prose.
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(page_title)}"
-        f"</title><style>{STYLE}</style></head><body>{_nav(None, None)}{body}</body></html>"
+        '<div class="jp-Cell-inputWrapper"><div class="jp-Collapser jp-InputCollapser '
+        'jp-Cell-inputCollapser"></div><div class="jp-InputArea jp-Cell-inputArea">'
+        '<div class="jp-InputPrompt jp-InputArea-prompt"></div><div class="jp-RenderedHTMLCommon'
+        f' jp-RenderedMarkdown jp-MarkdownOutput">{launch}</div></div></div>'
     )
+
+
+def fold_title(source: str) -> str:
+    """The title a folded cell shows: its ``# @title`` line, without Colab's form options."""
+    first = source.splitlines()[0] if source else ""
+    return re.sub(r"\s*\{.*\}\s*$", "", first.removeprefix("# @title ")).strip() or "Code"
+
+
+def github_slug(text: str) -> str:
+    """A heading's anchor as GitHub makes it, so the README's own #links work on the site."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def _add_ids(soup: BeautifulSoup, glossary: bool) -> None:
+    """Give every heading an id (and, in the glossary, every entry), so search links to it."""
+    used: set[str] = set()
+
+    def unique(slug: str) -> str:
+        candidate, n = slug, 1
+        while candidate in used:
+            n += 1
+            candidate = f"{slug}-{n}"
+        used.add(candidate)
+        return candidate
+
+    for heading in soup.find_all(site_search.HEADINGS):
+        heading["id"] = unique(github_slug(heading.get_text()))
+    if glossary:
+        for paragraph in soup.find_all("p"):
+            first = next((c for c in paragraph.children if str(c).strip()), None)
+            if getattr(first, "name", None) == "strong":
+                paragraph["id"] = unique("term-" + github_slug(first.get_text()))
+
+
+def _markdown_page(source: Path, page: str) -> str:
+    page_title = PAGE_TITLES[page]
+    body = markdown(source.read_text(encoding="utf-8"))
+    text = (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(page_title)}</title>{HEAD}<style>{MARKDOWN_STYLE}</style></head>"
+        f"<body>{_nav(None, None)}<main>{body}</main></body></html>"
+    )
+    soup = BeautifulSoup(_rewrite_links(text, source), "html.parser")
+    _add_ids(soup, glossary=page == "glossary.html")
+    return str(soup)
 
 
 def build(out: Path) -> list[Path]:
     """Write the site into ``out``; return the pages written."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
+    static = out / "_static"
+    if static.exists():
+        shutil.rmtree(static)
+    site_assets.install(static)
+    for name in ("course.css", "course.js"):
+        shutil.copy(FILES / name, static / name)
+    written, sections = [], []
     for source, page in PAGES.items():
         if not source.exists():
             raise FileNotFoundError(f"{source.relative_to(ROOT)} is missing")
-        text = _markdown_page(source, source.stem.replace("-", " ").capitalize())
-        (out / page).write_text(_rewrite_links(text, source), encoding="utf-8")
+        text = _markdown_page(source, page)
+        (out / page).write_text(text, encoding="utf-8")
         written.append(out / page)
-    exporter = HTMLExporter(template_name="lab")
-    exporter.mathjax_url = ""  # offline: formulas stay as TeX
+        soup = BeautifulSoup(text, "html.parser")
+        sections += site_search.markdown_sections(page, PAGE_TITLES[page], soup)
+    exporter = HTMLExporter(template_file=str(FILES / "notebook.html.j2"))
     paths = notebook_paths()
     titles = [title(read(p)) for p in paths]
     for index, path in enumerate(paths):
         nb = read(path)
-        body, _ = exporter.from_notebook_node(nbformat.from_dict(nb))
         previous = (_page_name(paths[index - 1]), titles[index - 1]) if index else None
         following = (
             (_page_name(paths[index + 1]), titles[index + 1]) if index + 1 < len(paths) else None
         )
-        nav = f"<style>{NAV_STYLE}</style>" + _nav(previous, following)
-        opening = re.search(r"<body[^>]*>", body)
-        body = body[: opening.end()] + nav + body[opening.end() :]
+        course = {"head": HEAD, "nav": _nav(previous, following), "launch": _launch(path),
+                  "fold_title": fold_title}  # fmt: skip
+        body, _ = exporter.from_notebook_node(nbformat.from_dict(nb), resources={"course": course})
         target = out / _page_name(path)
-        target.write_text(_rewrite_links(body, path), encoding="utf-8")
+        text = _rewrite_links(body, path)
+        target.write_text(text, encoding="utf-8")
+        shutil.copy(path, out / path.name)  # what "Download .ipynb" gives
         written.append(target)
+        soup = BeautifulSoup(text, "html.parser")
+        sections += site_search.notebook_sections(target.name, titles[index], soup)
+    site_search.build_index(sections, out / "search-index.js")
     return written
 
 

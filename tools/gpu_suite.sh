@@ -27,6 +27,8 @@ SKIP_FILES=(
     tests/test_colab.py   # ipywidgets 7 in build/ipywidgets7, the course as a git clone
     tests/test_frameworks_real.py # real Lightning, Accelerate and Transformers runs, on the CPU
     tests/test_audit_real_code.py # a real Accelerator and Lightning Trainer, on the CPU
+    tests/test_site.py    # the site bundles KaTeX and lunr.js, fetched with npm
+    tests/test_site_browser.py # the site in Chromium through Selenium
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.
