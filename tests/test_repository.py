@@ -60,7 +60,6 @@ def test_learners_get_ranges_and_only_the_constraints_file_pins_versions():
         "lightning==2.6.6",
         "pytorch-lightning==2.6.6",
         "transformers==5.24.0",
-        "lunr==0.8.0",  # the course site's search index (tests/test_site.py)
     ]
 
 

@@ -188,3 +188,47 @@ def test_the_setup_cell_is_folded_until_asked_for(site, chromium):
     assert "COURSE_REPO" in code.text
     launch = [a.text for a in chromium.find_elements(By.CSS_SELECTOR, ".course-launch a")]
     assert launch == ["Open in Colab", "Launch Binder", "Download .ipynb"]
+
+
+def test_escape_closes_the_results_and_enter_then_opens_nothing(site, chromium):
+    open_page(chromium, site, "04_several_losses.html")
+    here = chromium.current_url
+    search_for(chromium, "no_sync")
+    box = chromium.find_element(By.CSS_SELECTOR, ".course-search input")
+    box.send_keys(Keys.ESCAPE)
+    results = chromium.find_element(By.CSS_SELECTOR, ".course-search-results")
+    assert not results.is_displayed()
+    box.send_keys(Keys.ENTER)
+    assert chromium.current_url == here, "Enter followed a result the reader had closed"
+    box.send_keys(Keys.ARROW_DOWN)
+    assert results.is_displayed(), "an arrow key opens the list again"
+
+
+def test_formulas_in_search_results_are_typeset(site, chromium):
+    open_page(chromium, site, "index.html")
+    results = search_for(chromium, "dampening")
+    snippets = [r.find_element(By.CSS_SELECTOR, ".course-search-snippet") for r in results]
+    assert any(s.find_elements(By.CSS_SELECTOR, ".katex") for s in snippets)
+    shown = " ".join(s.text for s in snippets)
+    assert "\\text" not in shown and "\\(" not in shown and "$" not in shown, shown
+
+
+@pytest.mark.parametrize("page", ["index.html", "glossary.html", "05_pitfalls.html"])
+def test_a_phone_wide_screen_needs_no_sideways_scrolling(site, chromium, page):
+    chromium.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 420, "height": 800, "deviceScaleFactor": 1, "mobile": True},
+    )
+    try:
+        open_page(chromium, site, page)
+        wide = chromium.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        assert wide[0] <= wide[1] + 1, f"{page} is {wide[0]} px wide on a {wide[1]} px screen"
+        nav = chromium.find_element(By.CSS_SELECTOR, "nav.course").size["height"]
+        assert nav < 160, f"the navigation takes {nav} px before the page starts"
+        if page == "05_pitfalls.html":
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            chromium.save_screenshot(str(SCREENSHOTS / "narrow-screen.png"))
+    finally:
+        chromium.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -52,7 +52,8 @@ HEAD = """<meta name="viewport" content="width=device-width, initial-scale=1.0">
 MARKDOWN_STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 0 auto; padding: 0 1rem;
        line-height: 1.5; }
-table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; }
+table { border-collapse: collapse; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; }
 pre { background: #f6f8fa; padding: 0.6rem; overflow-x: auto; }
 """
 markdown = mistune.create_markdown(plugins=["strikethrough", "footnotes", "table", "math"])
@@ -85,12 +86,18 @@ def _rewrite_links(text: str, here: Path) -> str:
     return re.sub(r"<a\b[^>]*>", replace_in, text)
 
 
+def _short(notebook_title: str) -> str:
+    """``04 · Several losses``, whose words after the number a narrow screen leaves out."""
+    number, _, rest = notebook_title.partition(" · ")
+    return f'{html.escape(number)}<span class="course-nav-long"> · {html.escape(rest)}</span>'
+
+
 def _nav(previous: tuple[str, str] | None, following: tuple[str, str] | None) -> str:
     items = ['<a href="index.html">Course index</a>']
     if previous:
-        items.append(f'<a href="{previous[0]}">&larr; {html.escape(previous[1])}</a>')
+        items.append(f'<a href="{previous[0]}">&larr; {_short(previous[1])}</a>')
     if following:
-        items.append(f'<a href="{following[0]}">{html.escape(following[1])} &rarr;</a>')
+        items.append(f'<a href="{following[0]}">{_short(following[1])} &rarr;</a>')
     items.append('<a href="setup.html">Setup</a>')
     items.append('<a href="instructor-guide.html">Instructor guide</a>')
     items.append('<a href="glossary.html">Glossary</a>')
@@ -134,8 +141,8 @@ def _add_ids(soup: BeautifulSoup, glossary: bool) -> None:
     """Give every heading an id (and, in the glossary, every entry), so search links to it."""
     used: set[str] = set()
 
-    def unique(slug: str) -> str:
-        candidate, n = slug, 1
+    def unique(slug: str) -> str:  # as GitHub: the second "notes" is "notes-1"
+        candidate, n = slug, 0
         while candidate in used:
             n += 1
             candidate = f"{slug}-{n}"
@@ -201,7 +208,7 @@ def build(out: Path) -> list[Path]:
         written.append(target)
         soup = BeautifulSoup(text, "html.parser")
         sections += site_search.notebook_sections(target.name, titles[index], soup)
-    site_search.build_index(sections, out / "search-index.js")
+    site_search.build_index(sections, out / "search-index.js", static / "lunr" / "lunr.min.js")
     return written
 
 

@@ -51,7 +51,6 @@ ROOTS = (
     "torch",  # the machine's own
     "nbconvert",  # tools/build_site.py (its tests are skipped there, but tools/ is imported)
     "mistune",  # tools/build_site.py
-    "lunr",  # tools/site_search.py, the site's search index
     "ruff",  # tests/test_repository.py runs `python -m ruff`
     "packaging",  # tools/gpu_suite_checks.py, tests/test_gpu_suite.py
 )
@@ -97,7 +96,6 @@ WHEELS = {
     "jupyter-core": "5.9.1",
     "jupyterlab-pygments": "0.3.0",
     "jupyterlab-widgets": "3.0.17",
-    "lunr": "0.8.0",
     "matplotlib-inline": "0.2.2",
     "mistune": "3.4.0",
     "nbclient": "0.11.0",

@@ -1,6 +1,7 @@
 """The course site's search index: every section of every page (a notebook's prose and code, the
-guide, the setup page, the glossary's entries), indexed with lunr.py, which writes the index
-lunr.js loads in the browser (the two are the same library, in Python and in JavaScript).
+README, the guide, the setup page, the glossary's entries), indexed by lunr.js under Node.js
+(tools/site_files/build_index.js), the same lunr.js and the same word splitting
+(tools/site_files/course.js) that the pages search it with.
 
 A section is what lies between two headings that have an id, so a result links straight to
 it: ``page.html#id``. A glossary entry (a paragraph that starts with its term in bold) is a
@@ -11,25 +12,17 @@ section of its own. Outputs are not indexed, nor the folded solutions, nor the g
 from __future__ import annotations
 
 import json
-import re
+import shutil
+import subprocess
 from pathlib import Path
 
 from bs4 import BeautifulSoup, NavigableString, Tag
-from lunr import lunr
 
 HEADINGS = ("h1", "h2", "h3", "h4")
 BLOCKS = {"p", "li", "div", "pre", "table", "tr", "td", "th", "details", "summary", "br",
           "blockquote", "dt", "dd", "ul", "ol", *HEADINGS}  # fmt: skip
 SKIPPED_CELL_TAGS = ("solution", "course-setup", "course-badges", "course-next")
-WORD_SPLIT = re.compile(r"[^\w]+")  # search.js splits a query the same way
-
-
-def searchable_text(text: str) -> str:
-    """Words only, the way the browser splits a query: ``set_to_none=True`` becomes
-    ``set_to_none true``, and an identifier is also indexed by its parts (``zero grad``)."""
-    words = [w for w in WORD_SPLIT.split(text) if w]
-    parts = [p for w in words if "_" in w.strip("_") for p in w.split("_") if p]
-    return " ".join(words + parts)
+FILES = Path(__file__).resolve().parent / "site_files"
 
 
 def heading_text(heading: Tag) -> str:
@@ -84,7 +77,9 @@ def notebook_sections(page: str, page_title: str, soup: BeautifulSoup) -> list[d
     """A notebook page as nbconvert's lab template writes it: cells in ``main``."""
     sections = Sections(page, page_title)
     for cell in soup.select("main > .jp-Cell"):
-        classes = cell.get("class", [])
+        classes = set(cell.get("class", []))  # a markdown cell's tags are on an inner div
+        for inner in cell.select("[class*='celltag_']"):
+            classes |= set(inner.get("class", []))
         if any(f"celltag_{tag}" in classes for tag in SKIPPED_CELL_TAGS):
             continue
         if "jp-MarkdownCell" in classes:
@@ -104,22 +99,26 @@ def markdown_sections(page: str, page_title: str, soup: BeautifulSoup) -> list[d
     return sections.result()
 
 
-def build_index(sections: list[dict], out: Path) -> Path:
+def build_index(sections: list[dict], out: Path, lunr_js: Path) -> Path:
     """Write ``out`` (a script: the site opens from disk, where a page cannot fetch JSON):
     the serialized lunr index and, for the results, each section's page, anchor and text."""
-    documents = [
-        {"id": str(i), "title": searchable_text(s["title"]), "body": searchable_text(s["text"])}
-        for i, s in enumerate(sections)
-    ]
-    index = lunr(
-        ref="id",
-        fields=[{"field_name": "title", "boost": 10}, {"field_name": "body"}],
-        documents=documents,
-    )
-    payload = {"index": index.serialize(), "sections": sections}
+    node = shutil.which("node")
+    if node is None:
+        raise RuntimeError(
+            "building the site's search index needs Node.js (`node`; Debian: apt-get install "
+            "nodejs): it runs lunr.js, the library the pages search with"
+        )
+    done = subprocess.run(
+        [node, str(FILES / "build_index.js"), str(lunr_js), str(FILES / "course.js")],
+        input=json.dumps(sections), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"lunr.js could not build the index: {done.stderr.strip()[-800:]}")
+    payload = json.dumps({"index": json.loads(done.stdout), "sections": sections},
+                         ensure_ascii=False)  # fmt: skip
     out.write_text(
         "// The course's search index, written by tools/build_site.py.\n"
-        f"window.courseSearchIndex = {json.dumps(payload, ensure_ascii=False)};\n",
+        f"globalThis.courseSearchIndex = {payload};\n",
         encoding="utf-8",
     )
     return out

@@ -1,29 +1,110 @@
 // The course site's script: typesets the formulas with the bundled KaTeX, and runs the search
 // box with the bundled lunr.js over the index tools/build_site.py wrote. Nothing here reaches
 // the network: the site opens from disk.
+//
+// The same file, under Node.js, gives tools/site_files/build_index.js the words to index and
+// the tests the search itself (module.exports at the end), so the index and the queries split
+// and stem words in exactly one way: lunr.js's own pipeline, on both sides.
 "use strict";
 
-function renderFormulas() {
+const MATH_DELIMITERS = [
+  { left: "$$", right: "$$", display: true },
+  { left: "\\[", right: "\\]", display: true },
+  { left: "$", right: "$", display: false },
+  { left: "\\(", right: "\\)", display: false },
+];
+
+function renderFormulas(element) {
   if (typeof window.renderMathInElement !== "function") {
-    document.body.dataset.formulas = "katex-missing";
-    return;
+    return false;
   }
-  window.renderMathInElement(document.body, {
-    delimiters: [
-      { left: "$$", right: "$$", display: true },
-      { left: "\\[", right: "\\]", display: true },
-      { left: "$", right: "$", display: false },
-      { left: "\\(", right: "\\)", display: false },
-    ],
-    ignoredClasses: ["jp-OutputArea", "course-search"],
+  window.renderMathInElement(element, {
+    delimiters: MATH_DELIMITERS,
+    ignoredClasses: ["jp-OutputArea"],
     throwOnError: false,
   });
-  document.body.dataset.formulas = "typeset";
+  return true;
+}
+
+// ------------------------------------------------------------------------------ words
+// A TeX command (\cdot, \text) is markup, not a word of the course.
+const TEX_COMMAND = /\\[A-Za-z]+/g;
+const NOT_A_WORD = /[^\p{L}\p{N}_]+/u;
+
+// The words of a text or a query: letters, digits and underscores, lower case; so
+// "set_to_none=True" is "set_to_none" and "true", and "torch.compile" is "torch", "compile".
+function queryWords(text) {
+  return text.toLowerCase().split(NOT_A_WORD).filter(Boolean);
+}
+
+// What is indexed: the words, and an identifier's parts too ("zero_grad" is also found by
+// "zero grad"), with TeX commands left out.
+function indexWords(text) {
+  const words = queryWords(text.replace(TEX_COMMAND, " "));
+  const parts = words
+    .filter((word) => word.replace(/^_+|_+$/g, "").includes("_"))
+    .flatMap((word) => word.split("_").filter(Boolean));
+  return words.concat(parts).join(" ");
 }
 
 // ------------------------------------------------------------------------------ search
-const SEARCH_SCRIPTS = ["_static/lunr/lunr.min.js", "search-index.js"];
 const MAX_RESULTS = 12;
+const FORMULA = /\$\$[^$]*\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]/g;
+
+// Each word through lunr's pipeline (stop words out, then its stemmer). Every word is
+// required; the last may also be the start of a word, so results follow the typing. A
+// whole-word match of the last word, and the words in a section's title, rank higher.
+function search(lunr, engine, text) {
+  const terms = queryWords(text)
+    .map((word) => lunr.stopWordFilter(new lunr.Token(word, {})))
+    .filter(Boolean)
+    .map((token) => lunr.stemmer(token).toString());
+  if (!terms.length) {
+    return [];
+  }
+  const last = terms.length - 1;
+  return engine.index
+    .query((query) => {
+      terms.forEach((term, i) => {
+        query.term(term, {
+          usePipeline: false,
+          presence: lunr.Query.presence.REQUIRED,
+          wildcard: i === last ? lunr.Query.wildcard.TRAILING : lunr.Query.wildcard.NONE,
+        });
+      });
+      query.term(terms[last], { usePipeline: false, boost: 10 });
+      query.term(terms, { usePipeline: false, fields: ["title"], boost: 10 });
+    })
+    .slice(0, MAX_RESULTS)
+    .map((result) => engine.sections[Number(result.ref)]);
+}
+
+// About 160 characters of the section around the first word of the query it contains, never
+// cutting a formula in two (the results list typesets them).
+function snippetText(text, words) {
+  const lower = text.toLowerCase();
+  const hits = words.map((w) => lower.indexOf(w)).filter((i) => i >= 0);
+  let start = hits.length ? Math.max(0, Math.min(...hits) - 60) : 0;
+  let end = Math.min(text.length, start + 160);
+  for (const formula of text.matchAll(FORMULA)) {
+    const from = formula.index;
+    const to = from + formula[0].length;
+    if (from < start && start < to) {
+      start = from;
+    }
+    if (from < end && end < to) {
+      end = to;
+    }
+  }
+  return (start > 0 ? "… " : "") + text.slice(start, end) + (end < text.length ? " …" : "");
+}
+
+if (typeof module !== "undefined") {
+  module.exports = { indexWords, queryWords, search, snippetText };
+}
+
+// ------------------------------------------------------------------------------ the page
+const SEARCH_SCRIPTS = ["_static/lunr/lunr.min.js", "search-index.js"];
 let searchReady = null;
 
 function loadScript(src) {
@@ -48,33 +129,6 @@ function loadSearch() {
   return searchReady;
 }
 
-// The words of a query, split as tools/site_search.py split the text it indexed.
-function queryWords(text) {
-  return text.toLowerCase().split(/[^\p{L}\p{N}_]+/u).filter(Boolean);
-}
-
-// Each word through the index's own pipeline (stop words out, then the stemmer); every word
-// is required, and the last one may be a prefix, so results follow as a word is typed.
-function search(engine, text) {
-  const terms = queryWords(text)
-    .map((word) => window.lunr.stopWordFilter(new window.lunr.Token(word, {})))
-    .filter(Boolean)
-    .map((token) => window.lunr.stemmer(token).toString());
-  if (!terms.length) {
-    return [];
-  }
-  return engine.index.query((query) => {
-    terms.forEach((term, i) => {
-      query.term(term, {
-        usePipeline: false,
-        presence: window.lunr.Query.presence.REQUIRED,
-        wildcard: i === terms.length - 1 ? window.lunr.Query.wildcard.TRAILING
-                                         : window.lunr.Query.wildcard.NONE,
-      });
-    });
-  }).slice(0, MAX_RESULTS).map((result) => engine.sections[Number(result.ref)]);
-}
-
 function escapeHtml(text) {
   const div = document.createElement("div");
   div.textContent = text;
@@ -85,21 +139,16 @@ function escapeRegExp(text) {
   return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }
 
-// About 160 characters of the section around the first word of the query it contains.
-function snippet(text, words) {
-  const lower = text.toLowerCase();
-  const at = Math.min(...words.map((w) => lower.indexOf(w)).filter((i) => i >= 0), text.length);
-  const start = at === text.length ? 0 : Math.max(0, at - 60);
-  let piece = (start > 0 ? "… " : "") + text.slice(start, start + 160);
-  if (start + 160 < text.length) {
-    piece += " …";
-  }
-  let html = escapeHtml(piece);
-  if (words.length) {
-    const pattern = new RegExp(`(${words.map(escapeRegExp).join("|")})`, "gi");
-    html = html.replace(pattern, "<mark>$1</mark>");
-  }
-  return html;
+// The snippet with the query's words marked, except inside formulas (KaTeX typesets those).
+function snippetHtml(text, words) {
+  const marks = words.length ? new RegExp(`(${words.map(escapeRegExp).join("|")})`, "gi") : null;
+  return snippetText(text, words).split(new RegExp(`(${FORMULA.source})`)).map((part, i) => {
+    if (i % 2 === 1 || !marks) {
+      return escapeHtml(part);
+    }
+    return part.split(marks).map((piece, j) =>
+      j % 2 === 1 ? `<mark>${escapeHtml(piece)}</mark>` : escapeHtml(piece)).join("");
+  }).join("");
 }
 
 function showResults(list, found, text) {
@@ -115,12 +164,13 @@ function showResults(list, found, text) {
     item.innerHTML =
       `<a href="${escapeHtml(href)}">${escapeHtml(section.title)}</a> ` +
       `<span class="course-search-page">${escapeHtml(where)}</span>` +
-      `<p class="course-search-snippet">${snippet(section.text, words)}</p>`;
+      `<p class="course-search-snippet">${snippetHtml(section.text, words)}</p>`;
     if (i === 0) {
       item.classList.add("course-search-active");
     }
     list.appendChild(item);
   });
+  renderFormulas(list);
   list.hidden = false;
 }
 
@@ -150,7 +200,7 @@ function setUpSearch(box) {
         return;
       }
       loadSearch()
-        .then((engine) => showResults(list, search(engine, text), text))
+        .then((engine) => showResults(list, search(window.lunr, engine, text), text))
         .catch((error) => {
           list.innerHTML = `<li>The search index did not load: ${escapeHtml(error.message)}</li>`;
           list.hidden = false;
@@ -159,15 +209,19 @@ function setUpSearch(box) {
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "ArrowDown" || event.key === "ArrowUp") {
-      moveActive(list, event.key === "ArrowDown" ? 1 : -1);
       event.preventDefault();
-    } else if (event.key === "Enter") {
-      const link = list.querySelector("li.course-search-active a");
-      if (link) {
-        window.location.href = link.getAttribute("href");
-        list.hidden = true;
+      if (list.hidden) {  // Escape closed it: the arrows open it again, as it was
+        list.hidden = !list.querySelector("li");
+        return;
       }
+      moveActive(list, event.key === "ArrowDown" ? 1 : -1);
+    } else if (event.key === "Enter") {
       event.preventDefault();
+      const link = list.hidden ? null : list.querySelector("li.course-search-active a");
+      if (link) {
+        list.hidden = true;
+        window.location.href = link.getAttribute("href");
+      }
     } else if (event.key === "Escape") {
       list.hidden = true;
     }
@@ -184,7 +238,9 @@ function setUpSearch(box) {
   });
 }
 
-document.addEventListener("DOMContentLoaded", () => {
-  renderFormulas();
-  document.querySelectorAll(".course-search").forEach(setUpSearch);
-});
+if (typeof document !== "undefined") {
+  document.addEventListener("DOMContentLoaded", () => {
+    document.body.dataset.formulas = renderFormulas(document.body) ? "typeset" : "katex-missing";
+    document.querySelectorAll(".course-search").forEach(setUpSearch);
+  });
+}
