@@ -281,3 +281,17 @@ def test_index_words_split_as_queries_do(site):
         "set_to_none true zero_grad set to none zero grad",
         "__init__ β 0 9 1 4 x",
     ]
+
+
+def test_a_widget_output_says_where_it_runs_instead_of_printing_its_repr(site):
+    for path in NOTEBOOKS:
+        widgets = sum(
+            "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+            for cell in read(path).cells
+            if cell.cell_type == "code"
+            for output in cell.outputs
+        )
+        tree = soup(site, f"{path.stem}.html")
+        assert len(tree.select(".course-widget")) == widgets, path.name
+        outputs = " ".join(o.get_text() for o in tree.select(".jp-OutputArea"))
+        assert "interactive(children=" not in outputs, path.name
