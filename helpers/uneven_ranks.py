@@ -236,7 +236,11 @@ def uneven(args, rank: int, world: int) -> dict:
         message = UNEVEN_MESSAGE.format(
             rank=rank, seconds=args.collective_timeout, where=where, counts=shown
         )
-        print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()
+        sys.stderr.flush()
+        # One write, so that a rank's words stay on a line of their own: when both ranks time
+        # out at once, print()'s two writes (the text, then the newline) could interleave
+        # with the other rank's into one line. A pipe keeps a write under PIPE_BUF whole.
+        os.write(sys.stderr.fileno(), (message + "\n").encode())
         os._exit(1)
     return {"micro_batches_per_rank": counts}

@@ -127,6 +127,10 @@ def check_uneven_stop(uneven: dict) -> None:
     assert "unequal numbers of micro-batches (rank 0: 3, rank 1: 2)" in message
     assert "DistributedSampler" in message and "Join" in message
     assert "Traceback" not in message  # plain words, not the gloo internals
+    error_line = next(line for line in message.splitlines() if "RuntimeError:" in line)
+    assert error_line.count("RuntimeError:") == 1 and error_line.endswith("backward)."), (
+        "one rank's words on a line of their own (two ranks can time out at once)"
+    )
     assert uneven["seconds_to_stop"] < 10
     assert len(uneven["rank_pids"]) == 2 and uneven["ranks_left_running"] == []
     for pid in uneven["rank_pids"]:
