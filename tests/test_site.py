@@ -295,3 +295,13 @@ def test_a_widget_output_says_where_it_runs_instead_of_printing_its_repr(site):
         assert len(tree.select(".course-widget")) == widgets, path.name
         outputs = " ".join(o.get_text() for o in tree.select(".jp-OutputArea"))
         assert "interactive(children=" not in outputs, path.name
+
+
+def test_a_word_one_letter_off_is_found_when_nothing_matches_exactly(site):
+    found = search(site, "acumulation", "gradeint accumulation", "DistribuedSampler", "qwertyuiop")
+    assert found["acumulation"][0]["title"] == "gradient accumulation"
+    assert ("glossary.html", "gradient accumulation") in [
+        (r["page"], r["title"]) for r in found["gradeint accumulation"][:3]
+    ]
+    assert found["DistribuedSampler"][0]["title"] == "DistributedSampler"
+    assert found["qwertyuiop"] == []

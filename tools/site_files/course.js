@@ -53,7 +53,8 @@ const FORMULA = /\$\$[^$]*\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]/g;
 
 // Each word through lunr's pipeline (stop words out, then its stemmer). Every word is
 // required; the last may also be the start of a word, so results follow the typing. A
-// whole-word match of the last word, and the words in a section's title, rank higher.
+// whole-word match of the last word, and the words in a section's title, rank higher. When
+// nothing matches, a word may be one letter off ("acumulation"), as a typo often is.
 function search(lunr, engine, text) {
   const terms = queryWords(text)
     .map((word) => lunr.stopWordFilter(new lunr.Token(word, {})))
@@ -63,20 +64,31 @@ function search(lunr, engine, text) {
     return [];
   }
   const last = terms.length - 1;
-  return engine.index
-    .query((query) => {
-      terms.forEach((term, i) => {
-        query.term(term, {
-          usePipeline: false,
-          presence: lunr.Query.presence.REQUIRED,
-          wildcard: i === last ? lunr.Query.wildcard.TRAILING : lunr.Query.wildcard.NONE,
-        });
+  const exact = (query) => {
+    terms.forEach((term, i) => {
+      query.term(term, {
+        usePipeline: false,
+        presence: lunr.Query.presence.REQUIRED,
+        wildcard: i === last ? lunr.Query.wildcard.TRAILING : lunr.Query.wildcard.NONE,
       });
-      query.term(terms[last], { usePipeline: false, boost: 10 });
-      query.term(terms, { usePipeline: false, fields: ["title"], boost: 10 });
-    })
-    .slice(0, MAX_RESULTS)
-    .map((result) => engine.sections[Number(result.ref)]);
+    });
+    query.term(terms[last], { usePipeline: false, boost: 10 });
+    query.term(terms, { usePipeline: false, fields: ["title"], boost: 10 });
+  };
+  const oneLetterOff = (query) => {
+    terms.forEach((term) => {
+      query.term(term, {
+        usePipeline: false,
+        presence: lunr.Query.presence.REQUIRED,
+        editDistance: term.length >= 5 ? 1 : 0,
+      });
+    });
+  };
+  let found = engine.index.query(exact);
+  if (!found.length) {
+    found = engine.index.query(oneLetterOff);
+  }
+  return found.slice(0, MAX_RESULTS).map((result) => engine.sections[Number(result.ref)]);
 }
 
 // About 160 characters of the section around the first word of the query it contains, never
