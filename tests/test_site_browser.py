@@ -127,10 +127,14 @@ def search_for(driver, text: str) -> list:
     box.clear()
     box.click()
     box.send_keys(text)
-    return wait_for(
-        lambda: driver.find_elements(By.CSS_SELECTOR, ".course-search-results:not([hidden]) li"),
-        30, f"results for {text!r}",
-    )  # fmt: skip
+
+    def results_for_all_of_it():  # not for the first letters, shown while the rest was typed
+        shown = driver.find_element(By.CSS_SELECTOR, ".course-search-results")
+        if shown.get_attribute("hidden") is None and shown.get_attribute("data-query") == text:
+            return shown.find_elements(By.TAG_NAME, "li")
+        return None
+
+    return wait_for(results_for_all_of_it, 30, f"results for {text!r}")
 
 
 def test_search_finds_a_term_across_the_course_and_follows_a_result(site, chromium):

@@ -183,6 +183,7 @@ function showResults(list, found, text) {
     list.appendChild(item);
   });
   renderFormulas(list);
+  list.dataset.query = text;  // what the list shows results for (the tests wait for it)
   list.hidden = false;
 }
 
