@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import sync_notebooks
 from course import ROOT, cells_tagged, notebook_paths, read
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -236,7 +237,7 @@ def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
 
 def check_the_setup_cell_is_folded_under_its_title(driver, nb, path) -> None:
     """JupyterLab shows the setup cell as one line, its title, with the code folded away."""
-    [index] = cells_tagged(nb, "course-setup")
+    [index] = cells_tagged(nb, sync_notebooks.SETUP_TAG)
     setup = cells(driver)[index]
     placeholder = setup.find_elements(By.CSS_SELECTOR, ".jp-InputPlaceholder")
     assert placeholder, "the setup cell's code is not folded"

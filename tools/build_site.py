@@ -30,7 +30,7 @@ from bs4 import BeautifulSoup
 from course import ROOT, launch_links, notebook_paths, read, title
 from nbconvert import HTMLExporter
 
-FILES = Path(__file__).resolve().parent / "site_files"
+FILES = site_search.FILES  # the template, styles and scripts of the site
 PAGES = {  # markdown source -> page in the site
     ROOT / "README.md": "index.html",
     ROOT / "workshop" / "instructor-guide.md": "instructor-guide.html",
@@ -158,7 +158,7 @@ def _add_ids(soup: BeautifulSoup, glossary: bool) -> None:
                 paragraph["id"] = unique("term-" + github_slug(first.get_text()))
 
 
-def _markdown_page(source: Path, page: str) -> str:
+def _markdown_page(source: Path, page: str) -> BeautifulSoup:
     page_title = PAGE_TITLES[page]
     body = markdown(source.read_text(encoding="utf-8"))
     text = (
@@ -168,7 +168,7 @@ def _markdown_page(source: Path, page: str) -> str:
     )
     soup = BeautifulSoup(_rewrite_links(text, source), "html.parser")
     _add_ids(soup, glossary=page == "glossary.html")
-    return str(soup)
+    return soup
 
 
 def build(out: Path) -> list[Path]:
@@ -184,10 +184,9 @@ def build(out: Path) -> list[Path]:
     for source, page in PAGES.items():
         if not source.exists():
             raise FileNotFoundError(f"{source.relative_to(ROOT)} is missing")
-        text = _markdown_page(source, page)
-        (out / page).write_text(text, encoding="utf-8")
+        soup = _markdown_page(source, page)
+        (out / page).write_text(str(soup), encoding="utf-8")
         written.append(out / page)
-        soup = BeautifulSoup(text, "html.parser")
         sections += site_search.markdown_sections(page, PAGE_TITLES[page], soup)
     exporter = HTMLExporter(template_file=str(FILES / "notebook.html.j2"))
     paths = notebook_paths()
