@@ -27,9 +27,14 @@ def quiet_compile() -> Iterator[None]:
     torch._dynamo.utils.counters.clear()
     torch._dynamo.utils.guard_failures.clear()
     torch._logging.set_logs(dynamo=logging.ERROR, aot=logging.ERROR)
+    # CUDA builds on a machine without a GPU warn "No CUDA runtime is found" here (torch 2.9)
+    extension_log = logging.getLogger("torch.utils.cpp_extension")
+    extension_level = extension_log.level
+    extension_log.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        extension_log.setLevel(extension_level)
         torch._logging.set_logs()
         torch._dynamo.reset()
 

@@ -59,24 +59,25 @@ class CollectiveCount(TorchDispatchMode):
 
 def held_grad_bytes(model: nn.Module) -> int:
     """Bytes of gradient this rank holds between micro-batches: the sharded ``.grad`` (its
-    local shard) plus any unsharded gradient FSDP keeps for the next micro-batch."""
-    total = 0
+    local shard) plus any unsharded gradient FSDP keeps for the next micro-batch. Memory is
+    counted once however many names point to it (on torch 2.15 FSDP's
+    ``unsharded_accumulated_grad`` is the unsharded parameter's ``.grad`` itself)."""
+    held: dict[int, int] = {}  # data pointer -> bytes
+
+    def hold(tensor) -> None:
+        if tensor is not None:
+            held[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
+
     for p in model.parameters():
         if p.grad is not None:
-            local = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-            total += local.numel() * local.element_size()
+            hold(p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad)
     for module in model.modules():
         state = getattr(module, "_get_fsdp_state", None)
         group = state()._fsdp_param_group if state is not None else None
         for fsdp_param in getattr(group, "fsdp_params", []) or []:
-            unsharded = getattr(fsdp_param, "_unsharded_param", None)
-            grad = getattr(unsharded, "grad", None)
-            if grad is not None:
-                total += grad.numel() * grad.element_size()
-            extra = getattr(fsdp_param, "unsharded_accumulated_grad", None)
-            if extra is not None:
-                total += extra.numel() * extra.element_size()
-    return total
+            hold(getattr(getattr(fsdp_param, "_unsharded_param", None), "grad", None))
+            hold(getattr(fsdp_param, "unsharded_accumulated_grad", None))
+    return sum(held.values())
 
 
 def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
