@@ -4,13 +4,14 @@ something is missing or too old."""
 from __future__ import annotations
 
 import importlib.util
-import platform
-import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 
 from helpers.device import describe_device, pick_device
+from helpers.versions import TORCH_FLOOR, parse_version, python_verdict, torch_verdict
+
+__all__ = ["CheckLine", "Requirement", "check_environment", "parse_version", "torch_line"]
 
 
 @dataclass(frozen=True)
@@ -28,39 +29,34 @@ TORCH_FIX = (
     "python -m pip install -U torch  (CPU-only machines: add "
     "--index-url https://download.pytorch.org/whl/cpu for the small build)"
 )
+# torch's line is judged notebook by notebook (helpers.versions); the others by one minimum.
 REQUIREMENTS = (
-    Requirement("torch", "torch", (2, 3), TORCH_FIX),  # pyproject.toml's (a test checks)
+    Requirement("torch", "torch", TORCH_FLOOR, TORCH_FIX),
     Requirement("jupyterlab", "jupyterlab", (4, 0), "python -m pip install -U jupyterlab", False),
     Requirement("ipywidgets", "ipywidgets", (7, 6), "python -m pip install -U ipywidgets"),
     Requirement("matplotlib", "matplotlib", (3, 8), "python -m pip install -U matplotlib"),
 )
-MINIMUM_PYTHON = (3, 10)
 
 
 @dataclass(frozen=True)
 class CheckLine:
-    """One line of the report: what was found and whether it is good enough."""
+    """One line of the report: what was found and whether it is good enough: ``"OK"``,
+    ``"WARN"`` (some notebooks cannot run) or ``"FAIL"``."""
 
     name: str
     found: str | None
-    ok: bool
+    status: str
     fix: str
 
+    @property
+    def ok(self) -> bool:
+        """Not a failure: every notebook runs (OK), or some do (WARN)."""
+        return self.status != "FAIL"
+
     def __str__(self) -> str:
-        status = "[OK]  " if self.ok else "[FAIL]"
         detail = self.found if self.found is not None else "not installed"
-        text = f"{status} {self.name:<11} {detail}"
-        return text if self.ok else f"{text}  ->  {self.fix}"
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
-    if not isinstance(text, str):
-        raise TypeError(f"version must be a string, got {type(text).__name__}")
-    match = re.match(r"\d+(?:\.\d+)*", text.strip())
-    if match is None:
-        raise ValueError(f"cannot read a version number from {text!r}")
-    return tuple(int(part) for part in match.group(0).split("."))
+        text = f"{'[' + self.status + ']':<6} {self.name:<11} {detail}"
+        return f"{text}  ->  {self.fix}" if self.fix and self.status != "OK" else text
 
 
 def running_on_colab() -> bool:
@@ -68,17 +64,23 @@ def running_on_colab() -> bool:
     return "google.colab" in sys.modules
 
 
+def torch_line(found: str | None) -> CheckLine:
+    """torch's line: OK when every notebook runs on ``found``; WARN naming the notebooks that
+    need a newer torch; FAIL when none runs."""
+    if found is None:
+        return CheckLine("torch", None, "FAIL", TORCH_FIX.replace(" -U", ""))
+    status, text = torch_verdict(found)
+    if status == "OK":
+        return CheckLine("torch", found, "OK", "")
+    detail, _, fix = text.rpartition(" -> ")
+    return CheckLine("torch", detail, status, fix)
+
+
 def check_environment() -> list[CheckLine]:
-    """Python, the course's packages and the device, each marked OK or FAIL."""
-    python = platform.python_version()
-    lines = [
-        CheckLine(
-            "python",
-            python,
-            parse_version(python) >= MINIMUM_PYTHON,
-            f"install Python {'.'.join(map(str, MINIMUM_PYTHON))} or newer",
-        )
-    ]
+    """Python, the course's packages and the device, each marked OK, WARN or FAIL."""
+    python_status, python_text = python_verdict()
+    python_found, _, python_fix = python_text.partition(" -> ")
+    lines = [CheckLine("python", python_found, python_status, python_fix)]
     on_colab = running_on_colab()
     for requirement in REQUIREMENTS:
         try:  # read the installed version without importing (jupyterlab is slow to import)
@@ -89,9 +91,12 @@ def check_environment() -> list[CheckLine]:
             found, ok = None, on_colab and not requirement.needed_on_colab
         else:
             ok = parse_version(found) >= requirement.minimum
-        lines.append(CheckLine(requirement.name, found, ok, requirement.fix))
+        if requirement.name == "torch":
+            lines.append(torch_line(found))
+            continue
+        lines.append(CheckLine(requirement.name, found, "OK" if ok else "FAIL", requirement.fix))
     try:
-        lines.append(CheckLine("device", describe_device(pick_device()), True, ""))
+        lines.append(CheckLine("device", describe_device(pick_device()), "OK", ""))
     except ValueError as error:  # GM_DEVICE names a device this machine lacks
-        lines.append(CheckLine("device", "not available", False, str(error)))
+        lines.append(CheckLine("device", "not available", "FAIL", str(error)))
     return lines

@@ -44,6 +44,41 @@ pytest.importorskip("lightning")
 pytest.importorskip("accelerate")
 pytest.importorskip("transformers")
 
+
+def torch_too_old_for_the_frameworks(installed: str) -> str | None:
+    """Why the pinned frameworks cannot run on torch ``installed``, read from their own
+    requirements (transformers' ``torch`` extra: torch>=2.6), or None when they can."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    version = Version(Version(installed).base_version)
+    for name in ("lightning", "accelerate", "transformers"):
+        for line in importlib.metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.name != "torch":
+                continue
+            if requirement.marker and not requirement.marker.evaluate({"extra": "torch"}):
+                continue
+            if not requirement.specifier.contains(version, prereleases=True):
+                return (
+                    f"{name} {importlib.metadata.version(name)} needs "
+                    f"torch{requirement.specifier}, and this is torch {installed}"
+                )
+    return None
+
+
+if reason := torch_too_old_for_the_frameworks(torch.__version__):
+    pytest.skip(reason, allow_module_level=True)
+
+
+def test_the_torch_the_frameworks_need_is_read_from_their_requirements():
+    assert torch_too_old_for_the_frameworks(torch.__version__) is None
+    assert torch_too_old_for_the_frameworks("2.5.1+cu124") == (
+        f"transformers {importlib.metadata.version('transformers')} needs torch>=2.6, "
+        "and this is torch 2.5.1+cu124"
+    )
+
+
 ROOT = Path(__file__).resolve().parents[1]
 K = 4
 N_BATCHES = 10  # windows of 4, 4 and a short last one of 2

@@ -147,6 +147,6 @@ def test_badges_setup_cells_and_links_match_the_repository_url():
 
 def test_setup_cell_reads_the_one_url_setting():
     url = sync_notebooks.repository_url()
-    cell = sync_notebooks.setup_source(url)
+    cell = sync_notebooks.setup_source(url, "02_zero_grad_internals.ipynb")
     assert f'URL = "{url}"' in cell
     assert "torch" not in cell.split("lacking = ")[1].split("]")[0], "never install torch on Colab"

@@ -30,16 +30,32 @@ HARNESS = textwrap.dedent(
         commands.append(list(cmd))
         return real_run(cmd, *args, **kwargs) if cmd[0] == "git" else None
     subprocess.run = run
-    exec(compile({source!r}, "setup-cell", "exec"), {{}})
+    if {torch_version!r}:  # the kernel's torch reports this version
+        import torch
+        torch.__version__ = {torch_version!r}
+    try:
+        exec(compile({source!r}, "setup-cell", "exec"), {{}})
+        stopped = None
+    except Exception as error:
+        stopped = f"{{type(error).__name__}}: {{error}}"
     import helpers
-    print(json.dumps({{"commands": commands, "helpers": helpers.__file__}}))
+    print(json.dumps({{"commands": commands, "helpers": helpers.__file__, "stopped": stopped}}))
     """
 )
 
 
-def run_setup_cell(cwd, colab: bool, env_repo: str | None = None, hide: tuple = ()):
-    source = sync_notebooks.setup_source(repository_url())
-    script = HARNESS.format(root=str(ROOT), colab=colab, source=source, hide=list(hide))
+def run_setup_cell(
+    cwd,
+    colab: bool,
+    env_repo: str | None = None,
+    hide: tuple = (),
+    notebook="03_gradient_accumulation",
+    torch_version=None,
+):
+    source = sync_notebooks.setup_source(repository_url(), notebook)
+    script = HARNESS.format(
+        root=str(ROOT), colab=colab, source=source, hide=list(hide), torch_version=torch_version
+    )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}
     if env_repo:
         env["COURSE_REPO"] = env_repo
@@ -59,7 +75,7 @@ def run_setup_cell(cwd, colab: bool, env_repo: str | None = None, hide: tuple = 
 def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing():
     printed, report = run_setup_cell(ROOT / "notebooks", colab=False)
     assert printed == []
-    assert report["commands"] == []
+    assert report["commands"] == [] and report["stopped"] is None
     assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
 
 
@@ -78,6 +94,36 @@ def test_on_colab_it_installs_only_what_is_missing_and_never_torch(tmp_path):
     git, pip = report["commands"]
     assert git[:2] == ["git", "clone"]
     assert pip[1:] == ["-m", "pip", "install", "-q", "ipywidgets"]
+
+
+def test_on_a_torch_too_old_for_the_notebook_it_stops_with_the_fix():
+    _, report = run_setup_cell(
+        ROOT / "notebooks", colab=False, notebook="07_training_stacks", torch_version="2.8.0"
+    )
+    assert report["stopped"] == (
+        "CourseSetupError: Notebook 07 needs torch 2.9 or newer, and this kernel has torch 2.8.0 "
+        "(notebooks 00-06 run on it). To upgrade, run `python -m pip install -U torch`, then "
+        "restart the kernel."
+    )
+    _, report = run_setup_cell(ROOT / "notebooks", colab=False, torch_version="2.8.0")
+    assert report["stopped"] is None, "notebook 03 runs on 2.8.0"
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
+def test_on_colab_with_a_torch_too_old_it_clones_then_stops_with_colabs_fix(tmp_path):
+    _, report = run_setup_cell(
+        tmp_path,
+        colab=True,
+        env_repo=str(ROOT),
+        notebook="06_accumulation_at_scale",
+        torch_version="2.3.0",
+    )
+    assert report["commands"][0][:2] == ["git", "clone"]
+    assert report["stopped"] == (
+        "CourseSetupError: Notebook 06 needs torch 2.4 or newer, and this kernel has torch 2.3.0 "
+        "(notebooks 00-05 run on it). To upgrade, run `!pip install -U torch` in a cell, then "
+        "Runtime > Restart session."
+    )
 
 
 def test_sync_restores_the_setup_cells_folding_when_it_is_lost(tmp_path, monkeypatch):

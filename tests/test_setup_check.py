@@ -39,9 +39,9 @@ def test_missing_or_old_packages_fail_with_their_fix(monkeypatch):
             setup_check.Requirement("torch", "torch", (99,), "upgrade torch"),
         ),
     )
-    _, missing, old, _ = check_environment()
+    _, missing, torch_line, _ = check_environment()
     assert not missing.ok and str(missing).endswith("not installed  ->  pip install nothere")
-    assert not old.ok and "upgrade torch" in str(old)
+    assert torch_line.name == "torch"  # judged by helpers.versions, not by its Requirement
 
 
 def test_an_unavailable_device_choice_is_a_fail_line_not_a_crash(monkeypatch):
@@ -67,13 +67,14 @@ def test_jupyterlab_is_optional_on_colab(monkeypatch):
         (setup_check.Requirement("jupyterlab", "no_such_module_xyz", (4,), "pip", False),),
     )
     assert check_environment()[1].ok
-    assert CheckLine("x", "1", True, "").ok
+    assert CheckLine("x", "1", "OK", "").ok
 
 
 @pytest.mark.parametrize(
     ("found", "ok"), [("2.2.2", False), ("2.3.0", True), ("2.14.1+cu128", True)]
 )
-def test_torch_below_the_course_minimum_fails_with_the_upgrade(monkeypatch, found, ok):
+def test_torch_below_the_course_floor_fails_with_the_upgrade(monkeypatch, found, ok):
+    """Between the floor and the release every notebook runs on, a WARN (tests/test_versions.py)."""
     real_version = setup_check.metadata.version
     monkeypatch.setattr(
         setup_check.metadata,
@@ -83,6 +84,5 @@ def test_torch_below_the_course_minimum_fails_with_the_upgrade(monkeypatch, foun
     torch_line = next(line for line in check_environment() if line.name == "torch")
     assert torch_line.ok is ok
     if not ok:
-        assert str(torch_line).startswith(
-            f"[FAIL] torch       {found}  ->  python -m pip install -U torch"
-        )
+        assert str(torch_line).startswith(f"[FAIL] torch       {found}: ")
+        assert str(torch_line).endswith("  ->  python -m pip install -U torch")

@@ -219,7 +219,7 @@ def positive_rounds(text: str) -> int:
 def floor_notebook() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
-        nbformat.v4.new_code_cell(setup_source(repository_url())),
+        nbformat.v4.new_code_cell(setup_source(repository_url(), "00_setup_check")),
         nbformat.v4.new_code_cell(FLOOR_IMPORTS),
     ]
     nb.metadata["kernelspec"] = {

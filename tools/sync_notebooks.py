@@ -21,12 +21,13 @@ BADGES_TAG = "course-badges"
 SETUP_TAG = "course-setup"
 NEXT_TAG = "course-next"
 
-SETUP_TITLE = "Course setup (run it first): makes the course's helpers importable"
+SETUP_TITLE = "Course setup (run it first): the helpers, and a torch new enough"
 SETUP_METADATA = {"jupyter": {"source_hidden": True}, "cellView": "form"}
 SETUP_TEMPLATE = """\
 # @title {title} {{ display-mode: "form" }}
 # Written by tools/sync_notebooks.py. On Colab it first fetches the course and installs what
-# Colab lacks; elsewhere it is silent.
+# Colab lacks. On a torch or Python too old for this notebook it stops with the fix; else it
+# is silent.
 import importlib.util, os, pathlib, subprocess, sys  # noqa: E401, I001
 
 URL = "{url}"
@@ -42,7 +43,10 @@ if importlib.util.find_spec("helpers") is None:
     else:
         here = pathlib.Path.cwd().resolve()
         root = next((p for p in (here, *here.parents) if (p / "helpers").is_dir()), here.parent)
-    sys.path.insert(0, str(root))"""
+    sys.path.insert(0, str(root))
+from helpers.versions import stop_unless_supported
+
+stop_unless_supported("{notebook}")"""
 
 
 def badges_source(url: str, filename: str) -> str:
@@ -51,8 +55,12 @@ def badges_source(url: str, filename: str) -> str:
     return "**Run it online:** " + " · ".join(f"[{name}]({href})" for name, href in links.items())
 
 
-def setup_source(url: str) -> str:
-    return SETUP_TEMPLATE.format(title=SETUP_TITLE, url=url, name=url.rsplit("/", 1)[-1])
+def setup_source(url: str, notebook: str) -> str:
+    """The setup cell of ``notebook`` (its file name, or the name without ``.ipynb``)."""
+    stem = notebook[: -len(".ipynb")] if notebook.endswith(".ipynb") else notebook
+    return SETUP_TEMPLATE.format(
+        title=SETUP_TITLE, url=url, name=url.rsplit("/", 1)[-1], notebook=stem
+    )
 
 
 def next_source(next_title: str | None, next_file: str | None) -> str:
@@ -95,7 +103,8 @@ def sync(check: bool = False) -> list[str]:
         next_file = paths[index + 1].name if following else None
         changed = _set(nb, BADGES_TAG, "markdown", badges_source(url, path.name), 1)
         overview = 3 if len(nb.cells) > 2 else len(nb.cells)
-        changed |= _set(nb, SETUP_TAG, "code", setup_source(url), overview, SETUP_METADATA)
+        setup = setup_source(url, path.name)
+        changed |= _set(nb, SETUP_TAG, "code", setup, overview, SETUP_METADATA)
         changed |= _set(nb, NEXT_TAG, "markdown", next_source(next_title, next_file), len(nb.cells))
         if changed:
             drifted.append(path.name)

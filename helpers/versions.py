@@ -1,0 +1,208 @@
+"""The Python and torch versions the course runs on, stated once.
+
+Every other place that names a minimum reads it from here or is checked against it by
+``tests/test_versions.py``: ``pyproject.toml`` (the package's floor), ``requirements.txt`` and
+``binder/requirements.txt`` (the whole course), notebook 00's report, every notebook's setup
+cell and the README.
+
+Each notebook's minimum torch was measured, not guessed: CI runs every notebook, with all its
+checks, on the oldest torch it names here and on the newest release (README, "Tested on").
+
+This module runs in the setup cell before anything else, so that a notebook started on a torch
+or a Python that is too old stops there with a message and the command that fixes it, instead
+of a traceback deep inside a helper. It therefore imports nothing of the course and keeps to
+syntax that old Pythons still parse.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+
+PYTHON_MINIMUM = (3, 11)
+
+# The oldest torch release each notebook runs on, every check included (measured: README,
+# "Tested on"). Why a notebook needs more than the floor:
+#   06: DDP on torch 2.3 puts the whole small model in one bucket, where the notebook counts
+#       the all-reduces of two
+#   07: fully_shard (FSDP2) does not import on 2.3, fails on the CPU on 2.6 ('Stream' object
+#       has no attribute 'record_event') and gives a wrong gradient on 2.7 and 2.8
+TORCH_MINIMUMS = {
+    "00_setup_check": (2, 3),
+    "01_autograd_accumulates": (2, 3),
+    "02_zero_grad_internals": (2, 3),
+    "03_gradient_accumulation": (2, 3),
+    "04_several_losses": (2, 3),
+    "05_pitfalls": (2, 3),
+    "06_accumulation_at_scale": (2, 4),
+    "07_training_stacks": (2, 9),
+}
+# The package's floor (pyproject.toml: the helpers and the loop auditor import and run on it)
+# and the whole course's (requirements.txt, binder/: every notebook runs).
+TORCH_FLOOR = min(TORCH_MINIMUMS.values())
+TORCH_FOR_EVERY_NOTEBOOK = max(TORCH_MINIMUMS.values())
+# The newest release CI runs every notebook on, and its Python (tools/torch_range.py).
+TORCH_NEWEST_TESTED = (2, 15, 0)
+PYTHON_NEWEST_TESTED = (3, 12)
+
+UPGRADE_TORCH = "python -m pip install -U torch"
+INSTALL_TORCH = "python -m pip install torch"
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
+    if not isinstance(text, str):
+        raise TypeError(f"version must be a string such as '2.13.0', got {type(text).__name__}")
+    match = re.match(r"\d+(?:\.\d+)*", text.strip())
+    if match is None:
+        raise ValueError(f"cannot read a version number from {text!r}: write it as '2.13.0'")
+    return tuple(int(part) for part in match.group(0).split("."))
+
+
+def dotted(version: tuple[int, ...]) -> str:
+    """(2, 9) -> '2.9'."""
+    return ".".join(str(part) for part in version)
+
+
+def notebook_number(name: str) -> str:
+    """'07_training_stacks' or '07_training_stacks.ipynb' -> '07'."""
+    return name.split("_", 1)[0]
+
+
+def _numbers_as_ranges(names: list[str]) -> str:
+    """['00', '01', '02', '05'] -> '00-02, 05' (the course's notebooks in order)."""
+    order = [notebook_number(name) for name in TORCH_MINIMUMS]
+    positions = sorted(order.index(name) for name in names)
+    parts, start = [], None
+    for i, position in enumerate(positions):
+        if start is None:
+            start = position
+        if i + 1 == len(positions) or positions[i + 1] != position + 1:
+            first, last = order[start], order[position]
+            parts.append(first if first == last else f"{first}-{last}")
+            start = None
+    return ", ".join(parts)
+
+
+def _known_notebook(notebook: str) -> str:
+    if not isinstance(notebook, str):
+        raise TypeError(f"notebook must be a name such as '07_training_stacks', got {notebook!r}")
+    stem = notebook.rsplit("/", 1)[-1]
+    stem = stem[: -len(".ipynb")] if stem.endswith(".ipynb") else stem
+    if stem not in TORCH_MINIMUMS:
+        raise ValueError(f"no notebook named {notebook!r}: use one of {', '.join(TORCH_MINIMUMS)}")
+    return stem
+
+
+def installed_torch_version() -> str | None:
+    """The version of the torch this kernel imports, or None when there is none."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return str(torch.__version__)
+
+
+def running_on_colab() -> bool:
+    """True inside Google Colab (its ``google.colab`` module is loaded there)."""
+    return "google.colab" in sys.modules
+
+
+def upgrade_instruction() -> str:
+    """How to get a newer torch into this kernel, on Colab or elsewhere."""
+    if running_on_colab():
+        return "run `!pip install -U torch` in a cell, then Runtime > Restart session"
+    return f"run `{UPGRADE_TORCH}`, then restart the kernel"
+
+
+def _needs(version: tuple[int, ...]) -> str:
+    """What the notebooks that cannot run on ``version`` need: '06 needs 2.4 or newer; 07
+    needs 2.9 or newer'."""
+    needs: dict[tuple[int, ...], list[str]] = {}
+    for name, minimum in TORCH_MINIMUMS.items():
+        if version < minimum:
+            needs.setdefault(minimum, []).append(notebook_number(name))
+    return "; ".join(
+        f"{_numbers_as_ranges(names)} {'needs' if len(names) == 1 else 'need'} "
+        f"{dotted(minimum)} or newer"
+        for minimum, names in sorted(needs.items())
+    )
+
+
+def runs_on(found: str) -> list[str]:
+    """The numbers of the notebooks that run on torch ``found``."""
+    version = parse_version(found)
+    return [notebook_number(n) for n, minimum in TORCH_MINIMUMS.items() if version >= minimum]
+
+
+def torch_verdict(found: str | None) -> tuple[str, str]:
+    """How far a torch version carries the course: ``(status, text)``, status ``"OK"`` when
+    every notebook runs, ``"WARN"`` when some do, ``"FAIL"`` when none does or torch is
+    missing. The text names what cannot run and the command that fixes it."""
+    if found is None:
+        return "FAIL", f"not installed -> {INSTALL_TORCH}"
+    runs = runs_on(found)
+    if len(runs) == len(TORCH_MINIMUMS):
+        return "OK", found
+    start = f"{found}: notebooks {_numbers_as_ranges(runs)} run; " if runs else f"{found}: "
+    return ("WARN" if runs else "FAIL"), f"{start}{_needs(parse_version(found))} -> {UPGRADE_TORCH}"
+
+
+def python_verdict(found: str | None = None) -> tuple[str, str]:
+    """``("OK" | "FAIL", text)`` for this Python (or ``found``)."""
+    found = platform.python_version() if found is None else found
+    if parse_version(found) >= PYTHON_MINIMUM:
+        return "OK", found
+    return "FAIL", (
+        f"{found}: the course needs Python {dotted(PYTHON_MINIMUM)} or newer -> make a new "
+        f"environment with Python {dotted(PYTHON_MINIMUM)} or newer and install the course there"
+    )
+
+
+class CourseSetupError(RuntimeError):
+    """A notebook cannot run here. Jupyter shows only the message (no traceback), and a
+    "Run All" stops at the setup cell."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def stop_unless_supported(notebook: str, python: str | None = None, torch: str | None = "") -> None:
+    """Raise :class:`CourseSetupError` when this Python or torch cannot run ``notebook``,
+    with what it needs and the command that fixes it; silent otherwise. ``python`` and
+    ``torch`` default to this kernel's (``torch=None`` means not installed)."""
+    stem = _known_notebook(notebook)
+    number = notebook_number(stem)
+    status, text = python_verdict(python)
+    if status != "OK":
+        raise CourseSetupError(f"Notebook {number} cannot run on Python {text}.")
+    found = installed_torch_version() if torch == "" else torch
+    if found is None:
+        raise CourseSetupError(
+            f"Notebook {number} needs torch, and this kernel has none: run `{INSTALL_TORCH}`, "
+            "then restart the kernel."
+        )
+    minimum = TORCH_MINIMUMS[stem]
+    if parse_version(found) < minimum:
+        runs = runs_on(found)
+        others = f" (notebooks {_numbers_as_ranges(runs)} run on it)" if runs else ""
+        raise CourseSetupError(
+            f"Notebook {number} needs torch {dotted(minimum)} or newer, and this kernel has "
+            f"torch {found}{others}. To upgrade, {upgrade_instruction()}."
+        )
+
+
+def minimums_sentence() -> str:
+    """The minimums in words, as notebook 00 and the README state them: 'Notebooks 00-05 run
+    on torch 2.3 or newer, 06 on 2.4 or newer and 07 on 2.9 or newer.'"""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, minimum in TORCH_MINIMUMS.items():
+        groups.setdefault(minimum, []).append(notebook_number(name))
+    parts = [
+        f"{_numbers_as_ranges(names)} on {dotted(minimum)} or newer"
+        for minimum, names in sorted(groups.items())
+    ]
+    parts[0] = parts[0].replace(" on ", " run on torch ", 1)
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"Notebooks {listed}."
