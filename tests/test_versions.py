@@ -87,6 +87,13 @@ def test_the_readme_states_the_minimums_and_ci_runs_both_ends_of_the_range():
     assert f"| {dotted(versions.TORCH_NEWEST_TESTED)} |" in tested
 
 
+def test_the_learner_setup_page_states_the_minimums():
+    setup = (ROOT / "workshop" / "setup.md").read_text(encoding="utf-8")
+    assert minimums_sentence() in setup
+    assert f"Python {dotted(PYTHON_MINIMUM)} or newer" in setup
+    assert f"torch {dotted(TORCH_FOR_EVERY_NOTEBOOK)} or newer" in setup
+
+
 def test_the_minimums_in_words():
     assert minimums_sentence() == (
         "Notebooks 00-05 run on torch 2.3 or newer, 06 on 2.4 or newer and 07 on 2.9 or newer."
