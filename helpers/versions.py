@@ -168,29 +168,40 @@ class CourseSetupError(RuntimeError):
         return [str(self)]
 
 
-def stop_unless_supported(notebook: str, python: str | None = None, torch: str | None = "") -> None:
-    """Raise :class:`CourseSetupError` when this Python or torch cannot run ``notebook``,
-    with what it needs and the command that fixes it; silent otherwise. ``python`` and
-    ``torch`` default to this kernel's (``torch=None`` means not installed)."""
+def why_it_cannot_run(
+    notebook: str, python: str | None = None, torch: str | None = ""
+) -> str | None:
+    """Why this Python or torch cannot run ``notebook``, with what it needs and the command
+    that fixes it; None when it can. ``python`` and ``torch`` default to this kernel's
+    (``torch=None`` means not installed)."""
     stem = _known_notebook(notebook)
     number = notebook_number(stem)
     status, text = python_verdict(python)
     if status != "OK":
-        raise CourseSetupError(f"Notebook {number} cannot run on Python {text}.")
+        return f"Notebook {number} cannot run on Python {text}."
     found = installed_torch_version() if torch == "" else torch
     if found is None:
-        raise CourseSetupError(
+        return (
             f"Notebook {number} needs torch, and this kernel has none: run `{INSTALL_TORCH}`, "
             "then restart the kernel."
         )
     minimum = TORCH_MINIMUMS[stem]
-    if parse_version(found) < minimum:
-        runs = runs_on(found)
-        others = f" (notebooks {_numbers_as_ranges(runs)} run on it)" if runs else ""
-        raise CourseSetupError(
-            f"Notebook {number} needs torch {dotted(minimum)} or newer, and this kernel has "
-            f"torch {found}{others}. To upgrade, {upgrade_instruction()}."
-        )
+    if parse_version(found) >= minimum:
+        return None
+    runs = runs_on(found)
+    others = f" (notebooks {_numbers_as_ranges(runs)} run on it)" if runs else ""
+    return (
+        f"Notebook {number} needs torch {dotted(minimum)} or newer, and this kernel has "
+        f"torch {found}{others}. To upgrade, {upgrade_instruction()}."
+    )
+
+
+def stop_unless_supported(notebook: str, python: str | None = None, torch: str | None = "") -> None:
+    """Raise :class:`CourseSetupError` when this Python or torch cannot run ``notebook``
+    (:func:`why_it_cannot_run` says why); silent otherwise. Every setup cell calls it."""
+    reason = why_it_cannot_run(notebook, python, torch)
+    if reason is not None:
+        raise CourseSetupError(reason)
 
 
 def minimums_sentence() -> str:

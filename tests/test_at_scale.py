@@ -34,6 +34,7 @@ from helpers.frameworks import (
 )
 from helpers.grads import StepGradients
 from helpers.models import TokenModel, make_mlp
+from helpers.versions import why_it_cannot_run
 
 K = 4
 ROOT_DIR = Path(__file__).resolve().parents[1]
@@ -182,6 +183,10 @@ def test_the_trainers_fallback_divides_by_the_windows_own_size():
 
 
 # ------------------------------------------------------------------ distributed
+@pytest.mark.skipif(
+    why_it_cannot_run("06_accumulation_at_scale") is not None,
+    reason=str(why_it_cannot_run("06_accumulation_at_scale")),
+)
 def test_the_two_process_ddp_run():
     results = run_ddp_accumulation(nproc=2, k=K, micro_batch=16, repeats=3)
     buckets = results["buckets"]

@@ -8,6 +8,11 @@ import torch
 
 from helpers import compile_accumulation as compiling
 from helpers import stacks
+from helpers.versions import why_it_cannot_run
+
+# Notebook 07's helpers: skipped on a torch too old for notebook 07 (helpers/versions.py).
+NOT_ON_THIS_TORCH = why_it_cannot_run("07_training_stacks")
+pytestmark = pytest.mark.skipif(NOT_ON_THIS_TORCH is not None, reason=str(NOT_ON_THIS_TORCH))
 
 
 def test_scale_after_equals_scale_before_and_one_process():

@@ -8,10 +8,14 @@ import pytest
 import torch
 
 from helpers.distributed import run_static_graph_no_sync, run_training_stacks, run_uneven_ranks
+from helpers.versions import why_it_cannot_run
 
-pytestmark = pytest.mark.skipif(
-    not torch.distributed.is_available(), reason="needs torch.distributed"
-)
+# Notebook 07's helpers: skipped on a torch too old for notebook 07 (helpers/versions.py).
+NOT_ON_THIS_TORCH = why_it_cannot_run("07_training_stacks")
+pytestmark = [
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="needs torch.distributed"),
+    pytest.mark.skipif(NOT_ON_THIS_TORCH is not None, reason=str(NOT_ON_THIS_TORCH)),
+]
 
 
 @pytest.fixture(scope="module")
