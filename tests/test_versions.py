@@ -236,3 +236,27 @@ def test_the_setup_cell_stops_in_a_real_kernel_with_only_the_message():
     )
     assert reply["traceback"] == [expected]
     assert [o.output_type for o in outputs] == ["error"]
+
+
+def test_the_loop_auditor_keeps_the_floor_and_refuses_an_older_torch_by_name():
+    import subprocess
+    import sys
+
+    import loop_auditor
+
+    assert loop_auditor.TORCH_MINIMUM == TORCH_FLOOR
+    assert loop_auditor.torch_too_old("2.3.0+cu121") is None
+    assert loop_auditor.torch_too_old("2.13.0+cpu") is None
+    assert loop_auditor.torch_too_old("2.2.2") == (
+        "the loop auditor needs torch 2.3 or newer, and this is torch 2.2.2: "
+        "run `python -m pip install -U torch`"
+    )
+    script = "import torch; torch.__version__ = '2.1.0'; import loop_auditor"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: the loop auditor needs torch 2.3 or newer, and this is torch 2.1.0: "
+        "run `python -m pip install -U torch`"
+    )
