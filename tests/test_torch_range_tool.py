@@ -1,0 +1,105 @@
+"""tools/torch_range.py without building an environment: which releases and notebooks it
+runs, what it installs, the arguments it refuses, and the message texts it lets differ."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch_range
+from course import ROOT, notebook_paths, read
+from nbval.plugin import get_sanitize_patterns
+
+from helpers.versions import TORCH_MINIMUMS, runs_on
+
+PATTERNS = get_sanitize_patterns(torch_range.SANITIZER.read_text(encoding="utf-8"))
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def committed_texts():
+    for path in notebook_paths():
+        for cell in read(path).cells:
+            for output in cell.get("outputs", []):
+                text = output.get("text") or output.get("data", {}).get("text/plain") or ""
+                yield from [text, output.get("evalue", "")]
+
+
+def test_the_message_texts_file_parses_and_never_changes_a_number_of_a_committed_output():
+    assert len(PATTERNS) == 5
+    for regex, _ in PATTERNS:
+        re.compile(regex)
+    changed = 0
+    for text in committed_texts():
+        sanitized = text
+        for regex, replace in PATTERNS:
+            sanitized = re.sub(regex, replace, sanitized)
+        changed += sanitized != text
+        assert NUMBER.findall(sanitized) == NUMBER.findall(text), text
+    assert changed == 0, "the committed outputs hold the newer wording: nothing to map"
+
+
+def test_each_entry_maps_an_older_wording_that_a_release_prints_to_the_committed_one():
+    committed = "\n".join(committed_texts())
+    for regex, replace in PATTERNS:
+        assert not re.search(regex, committed), f"{regex} is the committed wording"
+        assert replace in committed, f"{replace!r} is not what the pinned torch prints"
+
+
+def test_it_installs_what_the_notebooks_and_nbval_need_from_the_course_files_less_torch():
+    course = torch_range.requirement_specs(ROOT / "requirements.txt", torch_range.COURSE_PACKAGES)
+    tests = torch_range.requirement_specs(ROOT / "requirements-test.txt", torch_range.TEST_PACKAGES)
+    assert [spec.split(">")[0] for spec in course] == ["jupyterlab", "matplotlib", "ipywidgets"]
+    assert [spec.split(">")[0] for spec in tests] == [
+        "pytest",
+        "nbval",
+        "nbformat",
+        "jupyter_client",
+    ]
+    assert not any(spec.startswith("torch") for spec in course + tests)
+    with pytest.raises(ValueError, match=r"requirements\.txt names no nosuchpackage"):
+        torch_range.requirement_specs(ROOT / "requirements.txt", ("nosuchpackage",))
+
+
+def test_the_minimums_are_each_notebooks_oldest_torch_and_each_runs_its_own_notebooks(
+    monkeypatch,
+):
+    seen = []
+    monkeypatch.setattr(torch_range, "check", lambda *args: seen.append(args) or 0)
+    assert torch_range.main(["minimums"]) == 0
+    assert [(t, p) for t, p, _, _ in seen] == [
+        ("2.3.0", (3, 11)),
+        ("2.4.0", (3, 11)),
+        ("2.9.0", (3, 11)),
+    ]
+    assert runs_on("2.3.0") == ["00", "01", "02", "03", "04", "05"]
+    assert runs_on("2.4.0")[-1] == "06" and runs_on("2.9.0") == [n[:2] for n in TORCH_MINIMUMS]
+    seen.clear()
+    assert torch_range.main(["newest", "--keep"]) == 0
+    assert seen == [("2.15.0", (3, 12), True, True)]
+
+
+def test_a_failed_release_fails_the_run(monkeypatch, capsys):
+    monkeypatch.setattr(torch_range, "check", lambda torch, *_: 1 if torch == "2.4.0" else 0)
+    assert torch_range.main(["minimums"]) == 1
+    assert "torch_range: failed on torch 2.4.0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "name either minimums, newest, or --torch"),
+        (["newest", "--torch", "2.6.0"], "name either minimums, newest, or --torch"),
+        (["--torch", "latest"], "write a version as 2.9.0, got 'latest'"),
+        (["oldest"], "invalid choice: 'oldest'"),
+    ],
+)
+def test_bad_arguments_say_what_to_write(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        torch_range.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_python_that_is_not_here_is_named():
+    with pytest.raises(SystemExit, match=r"no python3\.99 here: install Python 3\.99"):
+        torch_range.find_python((3, 99))
