@@ -48,7 +48,8 @@ from helpers.versions import (
 )
 
 SANITIZER = ROOT / "tools" / "torch_message_texts.cfg"
-# What the notebooks and nbval need, by name, from the course's own requirement files.
+# What the notebooks and nbval need, by name, from the course's own requirement files
+# (JupyterLab too: notebook 00's report fails without it).
 COURSE_PACKAGES = ("jupyterlab", "matplotlib", "ipywidgets")
 TEST_PACKAGES = ("pytest", "nbval", "nbformat", "jupyter_client")
 NEWEST_TESTS = ("tests/test_notebooks.py", "tests/test_solutions.py")
