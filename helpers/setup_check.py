@@ -4,12 +4,17 @@ something is missing or too old."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 
 from helpers.device import describe_device, pick_device
-from helpers.versions import TORCH_FLOOR, parse_version, python_verdict, torch_verdict
+from helpers.versions import (
+    TORCH_FLOOR,
+    parse_version,
+    python_verdict,
+    running_on_colab,
+    torch_verdict,
+)
 
 __all__ = ["CheckLine", "Requirement", "check_environment", "parse_version", "torch_line"]
 
@@ -57,11 +62,6 @@ class CheckLine:
         detail = self.found if self.found is not None else "not installed"
         text = f"{'[' + self.status + ']':<6} {self.name:<11} {detail}"
         return f"{text}  ->  {self.fix}" if self.fix and self.status != "OK" else text
-
-
-def running_on_colab() -> bool:
-    """True inside Google Colab (its ``google.colab`` module is loaded there)."""
-    return "google.colab" in sys.modules
 
 
 def torch_line(found: str | None) -> CheckLine:
