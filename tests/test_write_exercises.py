@@ -266,6 +266,43 @@ def norms_through_backward(losses, params):
     return norms
 
 
+def norms_through_backward_then_reset(losses, params):
+    """The false pass of issue 24: right norms, then every .grad set to None."""
+    norms = norms_through_backward(losses, params)
+    for p in params:
+        p.grad = None
+    return norms
+
+
+def norms_through_backward_restored(losses, params):
+    """backward(), but the .grad it found put back: correct, however it is written."""
+    held = [p.grad for p in params]
+    norms = norms_through_backward(losses, params)
+    for p, grad in zip(params, held, strict=True):
+        p.grad = grad
+    return [float(n) for n in norms]
+
+
+def norms_reading_held_grads(losses, params):
+    """backward() on top of the held gradients, then the norm of what .grad holds."""
+    norms = []
+    for loss in losses:
+        held = [p.grad.clone() for p in params]
+        loss.backward(retain_graph=True)
+        norms.append(torch.cat([p.grad.flatten() for p in params]).norm())
+        for p, grad in zip(params, held, strict=True):
+            p.grad = grad
+    return norms
+
+
+def l1_norms(losses, params):
+    norms = []
+    for loss in losses:
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        norms.append(sum(g.abs().sum() for g in grads if g is not None))
+    return norms
+
+
 def squared_norms(losses, params):
     return [n**2 for n in norms_by_sum_of_squares(losses, params)]
 
@@ -290,7 +327,14 @@ def one_norm_only(losses, params):
 
 
 @pytest.mark.parametrize(
-    "answer", [norms_by_sum_of_squares, norms_by_concatenation, norms_materialized, norms_lazily]
+    "answer",
+    [
+        norms_by_sum_of_squares,
+        norms_by_concatenation,
+        norms_materialized,
+        norms_lazily,
+        norms_through_backward_restored,
+    ],
 )
 def test_task_norms_accept_correct_versions(answer):
     result = check_task_grad_norms(answer)
@@ -305,7 +349,10 @@ def test_task_norms_accept_correct_versions(answer):
         (norms_with_none_in_the_sum, "count it as 0"),
         (norms_concatenating_none, "count it as 0"),
         (norms_lazily_without_retain_graph, "pass allow_unused=True"),
-        (norms_through_backward, "now have a .grad"),
+        (norms_through_backward, "parameters lost the .grad they held"),
+        (norms_through_backward_then_reset, "parameters lost the .grad they held"),
+        (norms_reading_held_grads, "include the gradients .grad already held"),
+        (l1_norms, "these are L1 norms"),
         (squared_norms, "squared norms"),
         (norms_added_per_tensor, "added the norms of the separate tensors"),
         (norm_of_the_sum, "norm of the summed gradient"),

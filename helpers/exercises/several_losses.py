@@ -171,7 +171,9 @@ def _listed(function, *args):
 def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
     """Exercise 04.4: ``task_grad_norms(losses, params)`` returns, for each loss, the norm of
     its gradient over all of ``params`` (a parameter it does not reach counts 0), with
-    ``torch.autograd.grad``, leaving every ``.grad`` as it was (None here)."""
+    ``torch.autograd.grad``, leaving every ``.grad`` as it was. The parameters come with the
+    gradients an earlier micro-batch left, so that adding to them, resetting them or reading
+    them into the norms all show."""
     if is_unanswered(task_grad_norms):
         return wrong(NOT_ANSWERED)
     as_function(task_grad_norms, "task_grad_norms(losses, params)")
@@ -181,6 +183,10 @@ def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
     expected = [flatten(g).norm().item() for g in reference]
     model, loss_a, loss_b = _two_task_losses()
     params = list(model.parameters())
+    generator = torch.Generator().manual_seed(6)
+    for p in params:  # what an accumulation loop holds between two micro-batches
+        p.grad = torch.randn(p.shape, generator=generator)
+    held = [p.grad.clone() for p in params]
     try:
         got = call_learner(_listed, task_grad_norms, [loss_a, loss_b], params)
     except LearnerCodeError as failure:
@@ -202,12 +208,20 @@ def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
                 "tensor: count it as 0 (skip it, or use torch.zeros_like)."
             )
         raise
-    touched = [p for p in params if p.grad is not None]
-    if touched:
+    wiped = sum(p.grad is None for p in params)
+    if wiped:
         return wrong(
-            f"{len(touched)} parameters now have a .grad: backward() adds into .grad; "
-            "torch.autograd.grad(loss, params, ...) returns the gradients instead, leaving "
-            ".grad alone."
+            f"{wiped} parameters lost the .grad they held (set to None): those were "
+            "gradients an accumulation loop still needs. torch.autograd.grad(loss, params, "
+            "...) returns each loss's gradients without touching .grad, so there is nothing "
+            "to reset."
+        )
+    changed = sum(not torch.equal(p.grad, h) for p, h in zip(params, held, strict=True))
+    if changed:
+        return wrong(
+            f"{changed} parameters' .grad changed: backward() adds into .grad (and zeroing "
+            "it wipes what was there); torch.autograd.grad(loss, params, ...) returns the "
+            "gradients instead, leaving .grad alone."
         )
     try:
         values = [as_number(value, "each norm") for value in got]
@@ -228,6 +242,20 @@ def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
         return wrong(
             "both numbers are the norm of the summed gradient g_a + g_b: take each loss's "
             "gradient on its own."
+        )
+    l1 = [flatten(g).abs().sum().item() for g in reference]
+    if all(number_matches(v, e) for v, e in zip(values, l1, strict=True)):
+        return wrong(
+            "these are L1 norms (the sum of absolute values): the gradient norm is the L2 "
+            "norm, the square root of the sum of squared entries."
+        )
+    with_held = [
+        (flatten(g) + torch.cat([h.flatten() for h in held])).norm().item() for g in reference
+    ]
+    if all(number_matches(v, e) for v, e in zip(values, with_held, strict=True)):
+        return wrong(
+            "these norms include the gradients .grad already held: read each loss's own "
+            "gradient from torch.autograd.grad, not from .grad."
         )
     per_tensor_sum = [sum(g.norm().item() for g in grads) for grads in reference]
     if all(number_matches(v, s) for v, s in zip(values, per_tensor_sum, strict=True)):
