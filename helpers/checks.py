@@ -17,7 +17,7 @@ import numbers
 import os
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -251,10 +251,14 @@ def call_learner(function: Callable, *args, **kwargs):
         raise LearnerCodeError(error, meaning) from None
 
 
-def as_names(answer: object, example: str, *, letters: bool = False) -> set[str]:
+def as_names(
+    answer: object, example: str, *, letters: bool = False, names: Iterable[str] = ()
+) -> set[str]:
     """A set of names from a set, list or tuple of strings, or from one string such as
-    "a, b" or "a and b"; with ``letters``, "ab" also means {"a", "b"}. ``example`` shows the
-    expected form in the ``TypeError`` for anything else."""
+    "a, b" or "a and b"; with ``letters``, "ab" also means {"a", "b"}. A name that equals one
+    of ``names`` but for letter case is given as written there ("layernorm" -> "LayerNorm"),
+    so that every exercise takes any letter case. ``example`` shows the expected form in the
+    ``TypeError`` for anything else."""
     if isinstance(answer, str):
         tokens = [t for t in re.split(r"[\s,;]+", answer) if t and t.lower() != "and"]
         if letters and len(tokens) == 1 and tokens[0].isalpha():
@@ -265,7 +269,8 @@ def as_names(answer: object, example: str, *, letters: bool = False) -> set[str]
     ):
         kind = "None" if answer is None else type(answer).__name__
         raise AnswerKindError(f"answer must be a set of names such as {example}, got {kind}")
-    return {item.strip() for item in answer}
+    spelled = {name.lower(): name for name in names}
+    return {spelled.get(item.strip().lower(), item.strip()) for item in answer}
 
 
 def number_matches(answer: float, expected: float, rel_tol: float = 1e-5) -> bool:

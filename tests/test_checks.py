@@ -340,3 +340,33 @@ def test_names_from_sets_lists_and_strings():
     assert as_names("ab", "{'a'}", letters=True) == {"a", "b"}
     with pytest.raises(TypeError, match=r"such as \{'A'\}"):
         as_names(3, "{'A'}")
+
+
+def test_a_name_in_any_letter_case_is_the_name():
+    from helpers.checks import as_names
+
+    assert as_names({"A", "b"}, "{'a'}", names=("a", "b", "c")) == {"a", "b"}
+    assert as_names("layernorm and GROUPNORM", "{'a'}", names=("LayerNorm", "GroupNorm")) == {
+        "LayerNorm",
+        "GroupNorm",
+    }
+    assert as_names({"x"}, "{'a'}", names=("a",)) == {"x"}  # unknown names stay as written
+
+
+@pytest.mark.parametrize(
+    ("module", "checker", "right", "wrong", "hint"),
+    [
+        ("zero_grad_internals", "check_moved_parameters", {"A", "B"}, "AC", "c's grad is None"),
+        ("zero_grad_internals", "check_correct_placements", "a, c, d", "ab", "B zeroes between"),
+        ("gradient_accumulation", "check_exact_norms", {"groupnorm", "LAYERNORM"},
+         "batchnorm", "BatchNorm normalizes"),
+        ("several_losses", "check_gan_order", "b", {"a"}, "A raises"),
+    ],
+)  # fmt: skip
+def test_every_choice_exercise_takes_any_letter_case(module, checker, right, wrong, hint):
+    import importlib
+
+    check = getattr(importlib.import_module(f"helpers.exercises.{module}"), checker)
+    assert check(right).passed, check(right).message
+    result = check(wrong)
+    assert not result.passed and hint in result.message, result.message

@@ -147,7 +147,7 @@ def check_exact_norms(answer: object) -> CheckResult:
     equal to one big batch? GroupNorm and LayerNorm (per-sample statistics), not BatchNorm."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = as_names(answer, "{'LayerNorm'}") - {"none"}
+    given = as_names(answer, "{'LayerNorm'}", names=NORMS) - {"none"}
     if not given <= set(NORMS):
         return wrong("use the names 'BatchNorm', 'GroupNorm' and 'LayerNorm'.")
     if given == {"GroupNorm", "LayerNorm"}:

@@ -117,7 +117,7 @@ def check_gan_order(answer: object) -> CheckResult:
     gradient of its own loss only? Only B."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = {name.upper() for name in as_names(answer, "{'A'}", letters=True)}
+    given = as_names(answer, "{'A'}", letters=True, names=GAN_OPTIONS)
     if not given <= set(GAN_OPTIONS):
         return wrong("the options are 'A', 'B' and 'C'.")
     if given == {"B"}:

@@ -90,7 +90,7 @@ def check_moved_parameters(answer: object) -> CheckResult:
     """Exercise 02.2: expected {"a", "b"}: a by its gradient, b by weight decay alone."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = as_names(answer, "{'a', 'b'}", letters=True)
+    given = as_names(answer, "{'a', 'b'}", letters=True, names=("a", "b", "c"))
     if not given <= {"a", "b", "c"}:
         return wrong("the parameters are named 'a', 'b' and 'c'.")
     expected = moved_by_first_adamw_step()
@@ -123,7 +123,7 @@ def check_correct_placements(answer: object) -> CheckResult:
     """Exercise 02.3: the loops that train like the standard one are A, C and D."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = {name.upper() for name in as_names(answer, "{'A', 'B'}", letters=True)}
+    given = as_names(answer, "{'A', 'B'}", letters=True, names=PLACEMENT_LOOPS)
     if not given <= set(PLACEMENT_LOOPS):
         return wrong("the loops are named 'A', 'B', 'C' and 'D'.")
     expected = {
