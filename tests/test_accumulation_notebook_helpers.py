@@ -230,6 +230,8 @@ class TestSeveralLossesCheckers:
             (-1.6, "4x too large"),
             (-0.1, "one micro-batch's share"),
             (-0.3, "g2 alone"),
+            (-0.2, "averages the two tasks"),
+            (-0.05, "halved"),
         ]:
             result = check_window_gradient(answer)
             assert not result.passed and hint in result.message

@@ -290,6 +290,8 @@ def test_the_named_misconceptions_give_those_numbers():
     assert 16 * 4 in check_effective_batch.misconceptions  # DDP splitting the 16 over 8
     assert "splits each micro-batch" in check_effective_batch.misconceptions[(16 // 8) * 8 * 4]
     assert 2 * 3 in check_allreduces.misconceptions  # forward and backward both sync
+    assert "shared by the 8 processes" in check_effective_batch(16 * 4 / 8).message
+    assert "one all-reduce each" in check_allreduces(2).message  # forward + backward, no buckets
     assert 100 / 2 in check_trainer_window_loss.misconceptions  # by micro-batches, not tokens
 
 

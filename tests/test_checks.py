@@ -133,6 +133,8 @@ class TestWeightWithoutZeroGrad:
             (0.6, "count the third one"),
             (2.0, "SGD subtracts lr times the gradient"),
             (1.6, "Two mistakes"),
+            (-9, "The learning rate is missing"),
+            (-5, "no learning rate"),
             (0.25, "Write down `.grad` before each step"),
         ],
     )

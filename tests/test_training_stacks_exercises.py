@@ -225,6 +225,8 @@ def test_each_repair_mistake_is_named(answer, hint):
 def test_the_numeric_answers():
     assert X.check_scale_factor(2 / 80).passed and X.check_reduce_scatters(4).passed
     assert "DDP averages" in X.check_scale_factor(1 / 80).message
+    assert "divides by the world size a second time" in X.check_scale_factor(1 / 160).message
+    assert "all-gathers" in X.check_reduce_scatters(12).message
     assert "once per group" in X.check_reduce_scatters(1).message or "group by group" in (
         X.check_reduce_scatters(1).message
     )

@@ -41,6 +41,9 @@ check_effective_batch = number_checker(
         16: "16 is one micro-batch on one process; a step sees every process's window.",
         2: "2 is 16 / 8, the micro-batch split across the processes: DDP does not split a "
         "micro-batch, each process has 16 samples per micro-batch.",
+        8: "8 is 16 x 4 / 8, one window shared by the 8 processes: they do not share it, "
+        "each process accumulates its own 4 micro-batches of 16, and the step averages all "
+        "8 windows.",
     },
     "Multiply the three: processes x micro-batch size x accumulation steps.",
     doc="Exercise 06.1: 8 processes, micro-batches of 16, k = 4: effective batch 512.",
@@ -61,6 +64,8 @@ check_allreduces = number_checker(
         "bucket.",
         48: "48 has every micro-batch's forward and backward synchronizing: the forward "
         "never all-reduces gradients, and no_sync() skips the first 7 backward passes.",
+        2: "2 counts the last micro-batch's forward and backward, one all-reduce each: the "
+        "forward all-reduces nothing, and the backward all-reduces each of the 3 buckets once.",
     },
     "Only the window's last backward synchronizes, and it all-reduces each bucket once.",
     doc="Exercise 06.2: k = 8, 3 buckets, forward and backward of the first 7 micro-batches "

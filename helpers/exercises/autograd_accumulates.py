@@ -56,6 +56,10 @@ check_weight_without_zero_grad = number_checker(
         2.0: "A sign: SGD subtracts lr times the gradient, w -= 0.1 * .grad; you added it.",
         1.6: "Two mistakes: that adds the steps (the sign) and uses each step's own "
         "gradient (the loop with zero_grad).",
+        -9.0: "The learning rate is missing: the steps subtract 1 + 3 + 6 = 10 times "
+        "lr = 0.1, not 10 itself.",
+        -5.0: "Two mistakes: no learning rate (each step subtracts lr * .grad, lr = 0.1) and "
+        "each step's own gradient (the loop with zero_grad).",
     },
     "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
     "subtracts lr times that.",

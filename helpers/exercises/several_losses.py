@@ -150,6 +150,10 @@ check_window_gradient = number_checker(
         0.8: "Signs: 2 * (-0.3) is -0.6.",
         -0.16: "That divides by the sum of the weights (0.5 + 2 = 2.5): loss weights are not "
         "normalized, the gradient is 0.5 * g1 + 2 * g2 as written.",
+        -0.2: "That averages the two tasks (divides by 2): the loss adds them as written, "
+        "0.5 * g1 + 2 * g2, with no mean over tasks.",
+        -0.05: "That is one micro-batch's share of 0.5 * g1 + 2 * g2, halved: .grad adds "
+        "all 4 micro-batches, and the tasks are added, not averaged.",
     },
     "Gradients add over tasks (with their weights) and over micro-batches (each / 4).",
     doc="""Exercise 04.3: loss = 0.5 * l1 + 2 * l2 per micro-batch, divided by 4, over 4 equal

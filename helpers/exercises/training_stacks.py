@@ -25,6 +25,8 @@ check_scale_factor = number_checker(
         "losses, divide them by the 80 tokens and undo DDP's average: world / count = 2 / 80.",
         0.5: "0.5 only divides by the world size, which DDP has already done: the sums "
         "still need dividing by the 80 tokens, and the average undone: 2 / 80.",
+        1 / 160: "1/160 divides by the world size a second time: DDP has already divided the "
+        "sum by 2, so multiply by 2 to undo it, then divide by the 80 tokens: 2 / 80.",
     },
     "The ranks backwarded sums; DDP averaged them (sum / 2); the mean over tokens is the sum "
     "divided by all 80 tokens.",
@@ -45,6 +47,9 @@ check_reduce_scatters = number_checker(
         "nothing, the gradients stay unsharded and add up.",
         7: "7 counts the micro-batches with the sync off: those are the ones that do not "
         "reduce-scatter.",
+        12: "12 is section 4's count of all-gathers, which gather the parameters in every "
+        "forward and backward: reduce-scatters move the gradients, only in the backward with "
+        "the sync on, once per group.",
     },
     "Only the backward with the sync on reduce-scatters, and it does so once per group.",
     doc="Exercise 07.3: 4 fully_shard groups, k = 8, set_requires_gradient_sync(False) on "
