@@ -202,6 +202,10 @@ class TestSeveralLossesCheckers:
             (lambda a, b, wa, wb: None, "did you call backward()"),
             (lambda a, b, wa, wb: wa * a.backward(), "backward() returns None"),
             (lambda a, b, wa, wb: a.backward(), "without its weight"),
+            (lambda a, b, wa, wb: (wb * a + wa * b).backward(), "the weights are swapped"),
+            (lambda a, b, wa, wb: (a + wb * b).backward(), "without its weight w_a"),
+            (lambda a, b, wa, wb: (wa * a + b).backward(), "without its weight w_b"),
+            (lambda a, b, wa, wb: ((wa * a + wb * b) / 2).backward(), "was halved"),
         ]
         for body, hint in cases:
             result = self.run(body)

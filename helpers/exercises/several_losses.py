@@ -80,6 +80,10 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
         "only a, unweighted": g_a,
         "squared": w_a**2 * g_a + w_b**2 * g_b,
         "normalized": (w_a * g_a + w_b * g_b) / (w_a + w_b),
+        "swapped": w_b * g_a + w_a * g_b,
+        "a unweighted": g_a + w_b * g_b,
+        "b unweighted": w_a * g_a + g_b,
+        "halved": (w_a * g_a + w_b * g_b) / 2,
     }
     match = next((n for n, c in candidates.items() if torch.allclose(got, c, atol=1e-6)), None)
     hints = {
@@ -91,6 +95,11 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
         "squared": "each weight was applied twice (w_a**2): weight the losses once.",
         "normalized": "the weights were normalized to sum to 1 (divided by w_a + w_b): use "
         "w_a and w_b as they are.",
+        "swapped": "the weights are swapped: w_a weights loss_a and w_b weights loss_b.",
+        "a unweighted": "loss_a reached the trunk without its weight w_a.",
+        "b unweighted": "loss_b reached the trunk without its weight w_b.",
+        "halved": "the weighted sum was halved (a mean of the two losses): add them, "
+        "w_a * loss_a + w_b * loss_b.",
     }
     if match == "right":
         return correct("the trunk received w_a * g_a + w_b * g_b.")
