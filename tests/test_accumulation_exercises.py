@@ -161,6 +161,7 @@ def test_a_float_count_passes_with_a_note_about_onecyclelr():
         (lambda n, k, epochs: (n * epochs) // k, "windows do not run across epochs"),
         (lambda n, k, epochs: math.ceil(n * epochs / k), "windows do not run across epochs"),
         (lambda n, k, epochs: math.ceil(n / k), "multiply by epochs"),
+        (lambda n, k, epochs: epochs * round(n / k), "round() goes to the nearest"),
         (lambda n, k, epochs: 1000, "the run makes"),  # the fallback gives the count
     ],
 )

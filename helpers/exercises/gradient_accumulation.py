@@ -287,6 +287,12 @@ def _schedule_mistakes(n: int, k: int, epochs: int) -> list[tuple[float, str]]:
             "Count the windows of one epoch, rounded up, then multiply by epochs.",
         ),
         (math.ceil(n / k), "that is one epoch's optimizer steps: multiply by epochs."),
+        (
+            epochs * round(n / k),
+            "round() goes to the nearest whole number, so a short last window of less than "
+            "half of k is dropped (and 2.5 rounds to 2): every short window is one more step, "
+            "round up with math.ceil(n / k).",
+        ),
     ]
 
 
