@@ -865,6 +865,25 @@ def test_a_loop_that_raises_gets_its_exception_not_a_traceback(name):
     assert not result.passed and "your function raised KeyError" in result.message
 
 
+def test_a_def_line_without_the_scheduler_is_named_not_a_typeerror_from_steplr():
+    def loop_b(model, optimizer, batches, k=4):  # the scheduler left out: it lands in k
+        optimizer.zero_grad()
+        for i, (inputs, targets) in enumerate(batches):
+            (F.mse_loss(model(inputs), targets) / k).backward()
+            if (i + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+
+    result = check_repair_b(loop_b)
+    assert not result.passed
+    assert result.message.endswith(
+        "your def line takes (model, optimizer, batches, k=4), without the scheduler: the "
+        "check passes the scheduler fourth, so it lands in k. Keep the def line as given, "
+        "loop_b(model, optimizer, batches, scheduler, k=4)."
+    )
+    assert "TypeError" not in result.message
+
+
 def test_an_empty_loop_trained_nothing():
     result = check_repair_a(lambda model, optimizer, batches: None)
     assert not result.passed and "No optimizer.step() ran" in result.message

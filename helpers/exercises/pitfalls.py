@@ -19,6 +19,7 @@ checkers.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from functools import cache
@@ -581,6 +582,9 @@ def _check_repair(name: str, answer) -> CheckResult:
             f"it as {CALLS[name]}"
         )
     loop = as_function(answer, CALLS[name])
+    dropped = _extra_lands_in_a_number(name, loop)
+    if dropped is not None:
+        return wrong(dropped)
     try:
         problem = _problem(name, loop)
     except LearnerCodeError as error:
@@ -595,6 +599,29 @@ def _check_repair(name: str, answer) -> CheckResult:
     if problem is not None:
         return wrong(problem)
     return correct(f"Loop {name}: " + PASSED[name].format(result=_reference(name).run.result))
+
+
+def _extra_lands_in_a_number(name: str, loop: Callable) -> str | None:
+    """A def line that left out the scheduler or scaler, ``loop_b(model, optimizer, batches,
+    k=4)``: the check passes it fourth, so it lands in ``k`` and the loop fails far from
+    the cause (``%`` between an int and a StepLR). Named here instead; None otherwise."""
+    extra = CALLS[name].rstrip(")").split(", ")[3:]
+    try:
+        parameters = list(inspect.signature(loop).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not extra or len(positional) < 4:
+        return None
+    fourth = positional[3]
+    if isinstance(fourth.default, bool) or not isinstance(fourth.default, int | float):
+        return None
+    given = inspect.signature(LOOPS[name])
+    return (
+        f"your def line takes {inspect.signature(loop)}, without the {extra[0]}: the check "
+        f"passes the {extra[0]} fourth, so it lands in {fourth.name}. Keep the def line as "
+        f"given, {LOOPS[name].__name__}{given}."
+    )
 
 
 def _problem(name: str, loop: Callable) -> str | None:
