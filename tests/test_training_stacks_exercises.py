@@ -374,9 +374,18 @@ def test_the_repair_data_clips_one_full_window_and_not_another():
     assert _window_norms()[2] < 3  # divided by k = 3, the short window is not clipped
 
 
-def _repair(*, factor=1.0, divide=True, reduction="mean", zero="window", clip=1.0, where="end"):
+def _repair(
+    *,
+    factor=1.0,
+    divide=True,
+    reduction="mean",
+    zero="window",
+    clip=1.0,
+    where="end",
+    make=lambda params: torch.optim.SGD(params, lr=0.5),
+):
     def train(model, micro_batches, k):
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        optimizer = make(model.parameters())
         for start in range(0, len(micro_batches), k):
             window = micro_batches[start : start + k]
             if zero == "window":
@@ -439,6 +448,10 @@ def test_reviewed_repairs_pass(answer):
         (_repair(clip=0.5), "clipped to 0.5"),
         (_repair(clip=2.0), "clipped to 2"),
         (_hook_frees_grads, "the weights did not move"),
+        (_repair(make=lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.9)), "momentum=0.9"),
+        (_repair(make=lambda ps: torch.optim.SGD(ps, lr=0.5, weight_decay=0.01)), "weight_decay"),
+        (_repair(make=lambda ps: torch.optim.SGD(ps, lr=0.1)), "the learning rate is 0.1"),
+        (_repair(make=lambda ps: torch.optim.Adam(ps, lr=0.5)), "the loop steps Adam"),
     ],
 )
 def test_reviewed_repair_mistakes_are_named(answer, hint):

@@ -136,6 +136,28 @@ def _diagnose_repair_clipping(clips: list[dict]) -> str | None:
     )
 
 
+def _optimizer_setting_hint(settings: set[tuple]) -> str | None:
+    """An optimizer other than the loop's plain SGD (lr 0.5), named: another class, another
+    learning rate, momentum or weight decay."""
+    for kind, lr, momentum, decay in sorted(settings, key=str):
+        if kind != "SGD":
+            return f"the loop steps {kind}: it steps plain SGD (lr {REPAIR_LR:g}); keep it."
+        if momentum:
+            return (
+                f"the optimizer has momentum={momentum:g}: each step then also moves along "
+                "the earlier steps' direction. The loop steps plain SGD, "
+                f"torch.optim.SGD(model.parameters(), lr={REPAIR_LR:g})."
+            )
+        if decay:
+            return (
+                f"the optimizer has weight_decay={decay:g}: the loop steps plain SGD, "
+                f"torch.optim.SGD(model.parameters(), lr={REPAIR_LR:g})."
+            )
+        if not isinstance(lr, torch.Tensor) and not near(float(lr), REPAIR_LR, 1e-9):
+            return f"the learning rate is {lr:g}: the loop steps SGD with lr {REPAIR_LR:g}."
+    return None
+
+
 class _Stamped(list):
     """A list whose appended records get ``after``: the forward passes run so far."""
 
@@ -170,7 +192,16 @@ def check_repaired_window(train) -> CheckResult:
         forwards[0] += 1
 
     def record_step(optimizer, *_):
-        steps.append({"after": forwards[0], "in_backward": _in_backward(), "id": id(optimizer)})
+        group = optimizer.param_groups[0]  # (class, lr, momentum, weight decay)
+        settings = (type(optimizer).__name__, group.get("lr"), group.get("momentum", 0))
+        steps.append(
+            {
+                "after": forwards[0],
+                "in_backward": _in_backward(),
+                "id": id(optimizer),
+                "settings": (*settings, group.get("weight_decay", 0)),
+            }
+        )
 
     handles = [
         model.register_forward_hook(count_forward),
@@ -215,6 +246,9 @@ def check_repaired_window(train) -> CheckResult:
             f"an optimizer stepped more than once at the end of a window ({twice} extra "
             "step() calls): step each optimizer once per window."
         )
+    setting = _optimizer_setting_hint({step["settings"] for step in steps})
+    if setting:
+        return wrong(setting)
     if close(weights, start):
         return wrong(
             "the weights did not move: at each step the gradients were gone (None or zero). "
