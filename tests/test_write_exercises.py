@@ -170,8 +170,31 @@ def test_zero_grad_by_hand_names_each_mistake(answer, hint):
     assert_hint(check_my_zero_grad(answer), hint)
 
 
-def test_the_torch_method_itself_passes():
-    assert check_my_zero_grad(torch.optim.Optimizer.zero_grad).passed
+def zero_grad_delegated(optimizer, set_to_none=True):
+    optimizer.zero_grad(set_to_none=set_to_none)
+
+
+def zero_grad_through_the_class(optimizer, set_to_none=True):
+    torch.optim.Optimizer.zero_grad(optimizer, set_to_none)
+
+
+@pytest.mark.parametrize(
+    "answer", [zero_grad_delegated, zero_grad_through_the_class, torch.optim.Optimizer.zero_grad]
+)
+def test_calling_torchs_own_zero_grad_is_not_an_answer(answer):
+    assert_hint(check_my_zero_grad(answer), "calls torch's own zero_grad")
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    optimizer.zero_grad()  # torch's own is back after the check
+
+
+def test_what_torchs_own_zero_grad_does_is_what_the_check_accepts():
+    from helpers.exercises.zero_grad_internals import _diagnose_zeroed, _run_zero_grad
+
+    _, after = _run_zero_grad(torch.optim.Optimizer.zero_grad)
+    assert all(grad is None for grad in after.values())
+    assert _diagnose_zeroed(
+        *_run_zero_grad(torch.optim.Optimizer.zero_grad, set_to_none=False)
+    ).passed
 
 
 # Exercise 04.4: per-task gradient norms.

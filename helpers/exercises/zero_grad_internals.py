@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import warnings
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -171,10 +173,33 @@ def _zero_grad_case() -> tuple[torch.optim.Optimizer, dict[str, nn.Parameter]]:
     return torch.optim.SGD(groups, lr=0.1), params
 
 
+class Delegated(Exception):
+    """The learner's my_zero_grad called torch's own zero_grad."""
+
+
+@contextlib.contextmanager
+def _zero_grad_refused() -> Iterator[None]:
+    """torch's own ``zero_grad`` (the optimizer's, or a module's) raises ``Delegated`` while
+    the learner's function runs: the exercise is to write what it does."""
+    originals = {cls: cls.zero_grad for cls in (torch.optim.Optimizer, nn.Module)}
+
+    def refuse(*_, **__):
+        raise Delegated
+
+    for cls in originals:
+        cls.zero_grad = refuse
+    try:
+        yield
+    finally:
+        for cls, original in originals.items():
+            cls.zero_grad = original
+
+
 def _run_zero_grad(my_zero_grad, **options) -> tuple[dict, dict]:
     optimizer, params = _zero_grad_case()
     before = {name: p.grad for name, p in params.items()}
-    call_learner(my_zero_grad, optimizer, **options)
+    with _zero_grad_refused():
+        call_learner(my_zero_grad, optimizer, **options)
     return before, {name: p.grad for name, p in params.items()}
 
 
@@ -186,6 +211,8 @@ def check_my_zero_grad(my_zero_grad: object) -> CheckResult:
     if is_unanswered(my_zero_grad):
         return wrong(NOT_ANSWERED)
     as_function(my_zero_grad, "my_zero_grad(optimizer)")
+    if inspect.unwrap(my_zero_grad) is inspect.unwrap(torch.optim.Optimizer.zero_grad):
+        return wrong(DELEGATED)
     try:
         inspect.signature(my_zero_grad).bind(None, set_to_none=False)
     except (TypeError, ValueError):
@@ -218,7 +245,16 @@ def check_my_zero_grad(my_zero_grad: object) -> CheckResult:
     return _diagnose_zeroed(before, after)
 
 
+DELEGATED = (
+    "your function calls torch's own zero_grad, which is what the exercise asks you to "
+    "write: loop over optimizer.param_groups and each group's 'params', and reset each "
+    "p.grad yourself (None, or detach_() and zero_() it in place)."
+)
+
+
 def _none_grad_hint(error: LearnerCodeError) -> str | None:
+    if isinstance(error.error, Delegated):
+        return DELEGATED
     if isinstance(error.error, AttributeError) and "NoneType" in str(error.error):
         return (
             "your function failed on a parameter whose grad is None (it never had a "
