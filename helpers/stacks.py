@@ -81,7 +81,8 @@ def scale_after_accumulating(model: nn.Module, rank_windows) -> torch.Tensor:
         rank_grads.append([p.grad.clone() for p in params])
     for p, *grads in zip(params, *rank_grads, strict=True):
         p.grad = torch.stack(grads).mean(0)  # what DDP's all-reduce leaves on every rank
-    torch._foreach_mul_([p.grad for p in params], world / tokens)  # once, before clipping
+    for p in params:
+        p.grad.mul_(world / tokens)  # once, before clipping
     return tokens
 
 
