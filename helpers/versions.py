@@ -11,7 +11,7 @@ checks, on the oldest torch it names here and on the newest release (README, "Te
 This module runs in the setup cell before anything else, so that a notebook started on a torch
 or a Python that is too old stops there with a message and the command that fixes it, instead
 of a traceback deep inside a helper. It therefore imports nothing of the course and keeps to
-syntax that old Pythons still parse.
+syntax that Python 3.7 and newer parse.
 """
 
 from __future__ import annotations

@@ -119,7 +119,11 @@ def check(torch: str, python_version: tuple[int, ...], newest: bool, keep: bool)
     folder = ROOT / "build" / f"venv-torch-{torch}"
     started = time.monotonic()
     try:
-        env_python = make_environment(folder, find_python(python_version), torch)
+        try:
+            env_python = make_environment(folder, find_python(python_version), torch)
+        except (SystemExit, subprocess.CalledProcessError) as error:
+            print(f"torch_range: no environment for torch {torch}: {error}", flush=True)
+            return 1
         made = time.monotonic()
         runs = set(runs_on(torch))
         notebooks = [f"notebooks/{n}.ipynb" for n in TORCH_MINIMUMS if n[:2] in runs]
