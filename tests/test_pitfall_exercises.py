@@ -866,15 +866,7 @@ def test_a_loop_that_raises_gets_its_exception_not_a_traceback(name):
 
 
 def test_a_def_line_without_the_scheduler_is_named_not_a_typeerror_from_steplr():
-    def loop_b(model, optimizer, batches, k=4):  # the scheduler left out: it lands in k
-        optimizer.zero_grad()
-        for i, (inputs, targets) in enumerate(batches):
-            (F.mse_loss(model(inputs), targets) / k).backward()
-            if (i + 1) % k == 0:
-                optimizer.step()
-                optimizer.zero_grad()
-
-    result = check_repair_b(loop_b)
+    result = check_repair_b(d_tail_dropped)  # (model, optimizer, batches, k=4): it lands in k
     assert not result.passed
     assert result.message.endswith(
         "your def line takes (model, optimizer, batches, k=4), without the scheduler: the "
