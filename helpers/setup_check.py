@@ -10,6 +10,7 @@ from importlib import metadata
 from helpers.device import describe_device, pick_device
 from helpers.versions import (
     TORCH_FLOOR,
+    UPGRADE_TORCH,
     parse_version,
     python_verdict,
     running_on_colab,
@@ -31,7 +32,7 @@ class Requirement:
 
 
 TORCH_FIX = (
-    "python -m pip install -U torch  (CPU-only machines: add "
+    f"{UPGRADE_TORCH}  (CPU-only machines: add "
     "--index-url https://download.pytorch.org/whl/cpu for the small build)"
 )
 # torch's line is judged notebook by notebook (helpers.versions); the others by one minimum.
@@ -87,13 +88,15 @@ def check_environment() -> list[CheckLine]:
             found = metadata.version(requirement.name)
         except metadata.PackageNotFoundError:
             found = None
-        if found is None or importlib.util.find_spec(requirement.module) is None:
-            found, ok = None, on_colab and not requirement.needed_on_colab
-        else:
-            ok = parse_version(found) >= requirement.minimum
-        if requirement.name == "torch":
+        if found is not None and importlib.util.find_spec(requirement.module) is None:
+            found = None  # metadata left behind by a package that no longer imports
+        if requirement.name == "torch":  # judged notebook by notebook
             lines.append(torch_line(found))
             continue
+        if found is None:
+            ok = on_colab and not requirement.needed_on_colab
+        else:
+            ok = parse_version(found) >= requirement.minimum
         lines.append(CheckLine(requirement.name, found, "OK" if ok else "FAIL", requirement.fix))
     try:
         lines.append(CheckLine("device", describe_device(pick_device()), "OK", ""))

@@ -27,7 +27,7 @@ PYTHON_MINIMUM = (3, 11)
 #   06: DDP on torch 2.3 puts the whole small model in one bucket, where the notebook counts
 #       the all-reduces of two
 #   07: fully_shard (FSDP2) does not import on 2.3, fails on the CPU on 2.6 ('Stream' object
-#       has no attribute 'record_event') and gives a wrong gradient on 2.7 and 2.8
+#       has no attribute 'record_event') and gives a wrong gradient on 2.8.0 (reported on 2.7.1)
 TORCH_MINIMUMS = {
     "00_setup_check": (2, 3),
     "01_autograd_accumulates": (2, 3),
@@ -116,17 +116,23 @@ def upgrade_instruction() -> str:
     return f"run `{UPGRADE_TORCH}`, then restart the kernel"
 
 
+def _by_minimum(below: tuple[int, ...] | None = None) -> list[tuple[tuple[int, ...], list[str]]]:
+    """The notebooks' numbers grouped by their minimum torch, oldest first; with ``below``,
+    only those that need more than it."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, minimum in TORCH_MINIMUMS.items():
+        if below is None or below < minimum:
+            groups.setdefault(minimum, []).append(notebook_number(name))
+    return sorted(groups.items())
+
+
 def _needs(version: tuple[int, ...]) -> str:
     """What the notebooks that cannot run on ``version`` need: '06 needs 2.4 or newer; 07
     needs 2.9 or newer'."""
-    needs: dict[tuple[int, ...], list[str]] = {}
-    for name, minimum in TORCH_MINIMUMS.items():
-        if version < minimum:
-            needs.setdefault(minimum, []).append(notebook_number(name))
     return "; ".join(
         f"{_numbers_as_ranges(names)} {'needs' if len(names) == 1 else 'need'} "
         f"{dotted(minimum)} or newer"
-        for minimum, names in sorted(needs.items())
+        for minimum, names in _by_minimum(below=version)
     )
 
 
@@ -207,12 +213,9 @@ def stop_unless_supported(notebook: str, python: str | None = None, torch: str |
 def minimums_sentence() -> str:
     """The minimums in words, as notebook 00 and the README state them: 'Notebooks 00-05 run
     on torch 2.3 or newer, 06 on 2.4 or newer and 07 on 2.9 or newer.'"""
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for name, minimum in TORCH_MINIMUMS.items():
-        groups.setdefault(minimum, []).append(notebook_number(name))
     parts = [
         f"{_numbers_as_ranges(names)} on {dotted(minimum)} or newer"
-        for minimum, names in sorted(groups.items())
+        for minimum, names in _by_minimum()
     ]
     parts[0] = parts[0].replace(" on ", " run on torch ", 1)
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
