@@ -1,0 +1,109 @@
+"""One-line checks for the notebooks' claims, in the spirit of Andrej Karpathy's ``cmp()``.
+
+``check`` asserts a claim and prints one line that says what it verified::
+
+    >>> check("w.grad after two backward() calls", 4.0, 4.0)
+    ✓ w.grad after two backward() calls == 4.0
+    >>> check("accumulated gradient = full-batch gradient", acc, full, atol=1e-6)
+    ✓ accumulated gradient = full-batch gradient (max difference < 1e-6)
+
+A claim that does not hold raises ``AssertionError`` with what was found instead, so a
+notebook that stops being true stops running. The printed line names a bound, never a
+noise-level number, so it is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+__all__ = ["check"]
+
+_NO_EXPECTED = object()
+
+
+def _bound(atol: float) -> str:
+    """1e-06 -> '1e-6', 0.001 -> '1e-3', 0.5 -> '0.5'."""
+    mantissa, exponent = f"{atol:e}".split("e")
+    if float(mantissa) == 1.0:
+        return f"1e{int(exponent)}"
+    return f"{atol:g}"
+
+
+def _as_tensor(value: object) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return torch.as_tensor(value)
+
+
+def _max_difference(actual: object, expected: object) -> float:
+    actual_t, expected_t = _as_tensor(actual), _as_tensor(expected)
+    if actual_t.shape != expected_t.shape:
+        raise AssertionError(
+            f"shapes differ: {tuple(actual_t.shape)} and {tuple(expected_t.shape)}"
+        )
+    if actual_t.numel() == 0:
+        return 0.0
+    difference = (actual_t.double().cpu() - expected_t.double().cpu()).abs().max().item()
+    return difference if not math.isnan(difference) else math.inf
+
+
+def _show(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return str(value.item()) if value.numel() == 1 else f"tensor of shape {tuple(value.shape)}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _equal(actual: object, expected: object) -> bool:
+    if isinstance(actual, torch.Tensor) or isinstance(expected, torch.Tensor):
+        actual_t, expected_t = _as_tensor(actual), _as_tensor(expected)
+        return actual_t.shape == expected_t.shape and bool(
+            torch.equal(actual_t.cpu(), expected_t.cpu().to(actual_t.dtype))
+        )
+    return bool(actual == expected)
+
+
+def check(
+    claim: str, actual: object, expected: object = _NO_EXPECTED, *, atol: float | None = None
+) -> None:
+    """Assert ``claim`` and print ``✓ claim`` with what was verified.
+
+    - ``check(claim, condition)``: the condition must be true; prints ``✓ claim``.
+    - ``check(claim, actual, expected)``: exact equality (tensors with ``torch.equal``);
+      prints ``✓ claim == expected``.
+    - ``check(claim, actual, expected, atol=1e-6)``: every element within ``atol``; prints
+      ``✓ claim (max difference < 1e-6)``.
+    """
+    if not isinstance(claim, str) or not claim.strip():
+        raise TypeError("check(claim, ...): claim is the sentence to print, a non-empty str")
+    if expected is _NO_EXPECTED:
+        if atol is not None:
+            raise TypeError(
+                "check(claim, actual, expected, atol=...): atol needs an expected value"
+            )
+        if not isinstance(actual, (bool, torch.Tensor)) or (
+            isinstance(actual, torch.Tensor) and (actual.numel() != 1 or actual.dtype != torch.bool)
+        ):
+            raise TypeError(
+                f"check(claim, condition) takes a bool condition, got {type(actual).__name__}: "
+                "pass check(claim, actual, expected) to compare two values"
+            )
+        if not bool(actual):
+            raise AssertionError(f"✗ {claim}: it does not hold")
+        print(f"✓ {claim}")
+        return
+    if atol is not None:
+        if isinstance(atol, bool) or not isinstance(atol, numbers.Real) or not atol > 0:
+            raise ValueError(f"atol is a bound above 0, like 1e-6; got {atol!r}")
+        difference = _max_difference(actual, expected)
+        if not difference < atol:
+            raise AssertionError(
+                f"✗ {claim}: the max difference is {difference:.3g}, not below {_bound(atol)}"
+            )
+        print(f"✓ {claim} (max difference < {_bound(atol)})")
+        return
+    if not _equal(actual, expected):
+        raise AssertionError(f"✗ {claim}: got {_show(actual)}, expected {_show(expected)}")
+    print(f"✓ {claim} == {_show(expected)}")
