@@ -28,14 +28,19 @@ def test_the_committed_guide_is_what_the_notebooks_and_notes_make():
     assert build_workshop.main(["--check"]) == 0, "run: python tools/build_workshop.py"
 
 
-def test_the_schedule_uses_each_notebooks_declared_minutes_and_fits():
+def test_the_schedule_times_each_live_section_by_the_reading_model_and_fits():
     notebooks = build_workshop.load_notebooks()
     rows = build_workshop.schedule(notebooks)
     by_number = {nb.number: nb for nb in notebooks}
-    taught = [row for row in rows if row[2]]
-    assert [(r[2], r[3]) for r in taught] == [
-        (by_number[n].teaching, by_number[n].exercises) for n in build_workshop.IN_WORKSHOP
-    ]
+    expected = []
+    for block in build_workshop.LIVE:
+        for number, start in block:
+            [section] = [s for s in by_number[number].sections if s.heading.startswith(start)]
+            assert not section.going_deeper
+            expected.append(build_workshop.section_minutes(section))
+    taught = [row for row in rows if row[2] or row[3]]
+    assert [(r[2], r[3]) for r in taught] == expected
+    assert sum(1 for row in rows if row[4] == "Break") == len(build_workshop.LIVE) - 1
     end = rows[-1][1]
     hours, minutes = map(int, end.split(":"))
     assert rows[0][0] == "0:00" and hours * 60 + minutes <= build_workshop.WORKSHOP_MINUTES
@@ -43,9 +48,27 @@ def test_the_schedule_uses_each_notebooks_declared_minutes_and_fits():
         assert end_a == start_b, "the schedule has no gaps or overlaps"
 
 
+def test_every_main_path_section_is_taught_live_or_named_as_reading_after():
+    notebooks = build_workshop.load_notebooks()
+    guide = build_workshop.guide(notebooks)
+    for nb in notebooks[1:]:
+        for section in nb.sections:
+            if section.minutes >= 0.5 and section.heading not in build_workshop.FRAMING:
+                assert section.heading in guide, (nb.name, section.heading)
+
+
 def test_a_plan_that_overruns_is_refused(monkeypatch):
-    monkeypatch.setattr(build_workshop, "IN_WORKSHOP", ("01", "03", "05", "06"))
+    notebooks = build_workshop.load_notebooks()
+    everything = tuple((nb.number, s.heading) for nb in notebooks[1:5] for s in nb.sections)
+    monkeypatch.setattr(build_workshop, "LIVE", (everything,))
     with pytest.raises(ValueError, match="more than 180"):
+        build_workshop.schedule(notebooks)
+
+
+@pytest.mark.parametrize("live", [((("01", "99. No such section"),),), ((("42", "1."),),)])
+def test_a_plan_naming_no_main_path_section_is_refused(monkeypatch, live):
+    monkeypatch.setattr(build_workshop, "LIVE", live)
+    with pytest.raises(ValueError, match=r"LIVE names|do not exist"):
         build_workshop.schedule(build_workshop.load_notebooks())
 
 
@@ -114,6 +137,11 @@ def glossary_entries() -> list[tuple[str, str]]:
     return re.findall(r"^\*\*(.+?)\*\*: .+ Notebook (\d\d)\.$", text, flags=re.MULTILINE)
 
 
+def uses(text: str, term: str) -> bool:
+    """The term, or its plural, as a word of the lowercased text: "gan" is not in "began"."""
+    return re.search(rf"(?<![\w-]){re.escape(term.lower())}(?:e?s)?(?![\w-])", text) is not None
+
+
 def test_glossary_terms_are_sorted_and_first_used_where_it_says():
     entries = glossary_entries()
     assert len(entries) >= 25
@@ -121,7 +149,7 @@ def test_glossary_terms_are_sorted_and_first_used_where_it_says():
     assert terms == sorted(terms, key=str.lower)
     texts = {path.name[:2]: notebook_text(path) for path in NOTEBOOKS}
     for term, number in entries:
-        first = next((n for n, text in texts.items() if term.lower() in text), None)
+        first = next((n for n, text in texts.items() if uses(text, term)), None)
         assert first == number, f"{term!r}: first used in notebook {first}, glossary says {number}"
 
 

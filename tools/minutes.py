@@ -204,7 +204,8 @@ def measure(path: Path, nb=None, limit: int = NOTEBOOK_LIMIT) -> NotebookMinutes
             else:
                 section.exercises += minutes
         elif cell.cell_type == "markdown":
-            minutes = prose_words(cell.source) / WORDS_PER_MINUTE
+            # the minutes line is not counted: writing it must not change what it states
+            minutes = prose_words(MINUTES_LINE.sub("", cell.source)) / WORDS_PER_MINUTE
             section.teaching += minutes
         else:
             minutes = code_lines(cell.source) / CODE_LINES_PER_MINUTE
