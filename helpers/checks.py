@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 
 STRICT_ENV_VAR = "GM_STRICT_CHECKS"
-NOT_ANSWERED = "Not answered yet: replace `...` with your answer and run the cell again."
+NOT_ANSWERED_PREFIX = "Not answered yet"
+NOT_ANSWERED = f"{NOT_ANSWERED_PREFIX}: replace `...` with your answer and run the cell again."
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,22 @@ class CheckResult:
     passed: bool
     message: str
 
+    @property
+    def unanswered(self) -> bool:
+        """The exercise still holds its placeholder ``...``: nothing was judged yet."""
+        return not self.passed and self.message.startswith(NOT_ANSWERED_PREFIX)
+
     def __repr__(self) -> str:
+        if self.unanswered:
+            return f"✏️ {self.message}"
         return f"{'✅ Correct' if self.passed else '❌ Not yet'}: {self.message}"
 
     def _repr_html_(self) -> str:
+        if self.unanswered:
+            return (
+                '<div style="border-left: 4px solid #777; padding: 0.3em 0.8em;">'
+                f"✏️ {html.escape(self.message)}</div>"
+            )
         colour, mark = ("#1a7f37", "✅ Correct") if self.passed else ("#b35900", "❌ Not yet")
         return (
             f'<div style="border-left: 4px solid {colour}; padding: 0.3em 0.8em;">'

@@ -38,8 +38,15 @@ def _as_tensor(value: object) -> torch.Tensor:
     return torch.as_tensor(value)
 
 
+def _as_float64(value: object) -> torch.Tensor:
+    """Python numbers become float64 tensors: float32 would round them before the comparison."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    return torch.as_tensor(value, dtype=torch.float64)
+
+
 def _max_difference(actual: object, expected: object) -> float:
-    actual_t, expected_t = _as_tensor(actual), _as_tensor(expected)
+    actual_t, expected_t = _as_float64(actual), _as_float64(expected)
     if actual_t.shape != expected_t.shape:
         raise AssertionError(
             f"shapes differ: {tuple(actual_t.shape)} and {tuple(expected_t.shape)}"

@@ -67,3 +67,8 @@ def test_values_beyond_the_bound_raise_with_the_difference():
 def test_bad_calls_say_how_to_call_it(args, kwargs, error, hint):
     with pytest.raises(error, match=hint):
         check(*args, **kwargs)
+
+
+def test_python_floats_are_compared_in_float64_not_rounded_to_float32():
+    with pytest.raises(AssertionError, match="not below 1e-9"):
+        check("close", 1.0, 1.0 + 1e-8, atol=1e-9)  # float32 would round both to 1.0

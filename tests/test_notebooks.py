@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 
+import build_site
 import nbformat
 import pytest
 import sync_notebooks
-from course import cells_tagged, notebook_paths, read, title
+from course import ROOT, cells_tagged, notebook_paths, read, title
 
 NOTEBOOKS = notebook_paths()
 # An absolute path of some machine: a Unix root folder, site-packages, or a Windows drive.
@@ -18,7 +19,7 @@ MACHINE_PATH = re.compile(
     r"|site-packages|dist-packages|\b[A-Za-z]:\\\\"
 )
 NAMES = [path.name for path in NOTEBOOKS]
-SYLLABUS_PREFIXES = ["00_", "01_", "02_", "03_", "04_", "05_", "06_", "07_"]
+SYLLABUS_PREFIXES = [f"{n:02d}_" for n in range(10)]
 
 
 def test_the_course_starts_with_the_setup_check_and_follows_the_syllabus():
@@ -72,7 +73,7 @@ class TestHygiene:
         for index, cell in enumerate(cells):
             if "nbval-ignore-output" in tags(cell):
                 nearby = cell.source + "".join(c.source for c in cells[index + 1 : index + 3])
-                assert "assert" in nearby, (
+                assert "assert" in nearby or "check(" in nearby, (
                     f"an ignored cell's property is not asserted: {cell.source}"
                 )
 
@@ -138,6 +139,45 @@ class TestAnatomy:
             assert f"]({NAMES[position + 1]})" in link
         else:
             assert "last notebook" in link
+
+
+GLOSSARY = ROOT / "workshop" / "glossary.md"
+GLOSSARY_LINK = re.compile(r"\]\(\.\./workshop/glossary\.md(?:#([^)]*))?\)")
+# Pull-request and issue numbers, and version history, belong in the Sources list.
+HISTORY = re.compile(r"\b(?:PR|pull request|issue) #?\d+|/(?:pull|issues)/\d+|(?<![\w/])#\d{3,}\b")
+
+
+def learner_code_cells(nb):
+    """Code cells a learner reads: all but the setup cell (tooling, folded)."""
+    return [c for c in code_cells(nb) if sync_notebooks.SETUP_TAG not in tags(c)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NAMES)
+class TestForTheLearner:
+    def test_claims_are_checks_that_print_not_bare_asserts(self, path):
+        for cell in learner_code_cells(read(path)):
+            for line in cell.source.splitlines():
+                assert not line.lstrip().startswith("assert "), f"use check(...): {line}"
+                assert "fmt: skip" not in line and "noqa" not in line, line
+
+    def test_glossary_links_name_an_entry(self, path):
+        entries = {
+            build_site.github_slug(term)
+            for term in re.findall(r"^\*\*(.+?)\*\*:", GLOSSARY.read_text("utf-8"), re.MULTILINE)
+        }
+        for cell in read(path).cells:
+            if cell.cell_type == "markdown":
+                for slug in GLOSSARY_LINK.findall(cell.source):
+                    assert not slug or slug in entries, f"no glossary entry #{slug}"
+
+    def test_history_sits_in_the_sources_list_before_the_key_points(self, path):
+        nb = read(path)
+        sources = [i for i, c in enumerate(nb.cells) if c.source.startswith("## Sources")]
+        assert sources in ([], [len(nb.cells) - 3]), "## Sources comes just before Key points"
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type == "markdown" and index not in sources:
+                found = HISTORY.search(cell.source)
+                assert found is None, f"cell {index}: move {found.group(0)!r} to ## Sources"
 
 
 def test_badges_setup_cells_and_links_match_the_repository_url():
