@@ -155,7 +155,7 @@ def _add_ids(soup: BeautifulSoup, glossary: bool) -> None:
         for paragraph in soup.find_all("p"):
             first = next((c for c in paragraph.children if str(c).strip()), None)
             if getattr(first, "name", None) == "strong":
-                paragraph["id"] = unique("term-" + github_slug(first.get_text()))
+                paragraph["id"] = unique(github_slug(first.get_text()))
 
 
 def _markdown_page(source: Path, page: str) -> BeautifulSoup:

@@ -73,7 +73,7 @@ function search(lunr, engine, text) {
       });
     });
     query.term(terms[last], { usePipeline: false, boost: 10 });
-    query.term(terms, { usePipeline: false, fields: ["title"], boost: 10 });
+    query.term(terms, { usePipeline: false, fields: ["title"], boost: 30 });
   };
   const oneLetterOff = (query) => {
     terms.forEach((term) => {
