@@ -116,9 +116,8 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
         return correct("one step per batch, each with that batch's gradient alone.")
     if torch.allclose(got, reference(False), rtol=1e-5, atol=1e-7):
         return wrong(
-            "gradients from earlier batches were still in `.grad` when step() ran: call "
-            "optimizer.zero_grad() once per batch, after the previous step() and before "
-            "loss.backward()."
+            "each step() used the gradients of every batch so far, not only its own batch's: "
+            "backward() adds into `.grad`, and nothing in your loop empties it between batches."
         )
     if not grads_at_steps:
         return wrong("optimizer.step() was never called: call it once per batch, after backward.")

@@ -5,31 +5,34 @@ from __future__ import annotations
 import torch
 
 from helpers.checks import AnswerKindError, CheckResult, checker, correct, is_unanswered, wrong
-from helpers.device import pick_device
 
 
 @checker
-def check_device_answer(answer: object) -> CheckResult:
-    """Exercise 00.1: name the device (``"cpu"``, ``"cuda"`` or ``"mps"``) the check found."""
+def check_forced_device(answer: object) -> CheckResult:
+    """Exercise 00.1: a laptop with an NVIDIA GPU, JupyterLab started with
+    ``GM_DEVICE=cpu jupyter lab``: which device does ``pick_device()`` return? Expected
+    ``"cpu"``: the variable overrides the GPU that would be found."""
     if is_unanswered(answer):
-        return wrong("Not answered yet: replace `...` with a string such as 'cpu'.")
+        return wrong("Not answered yet: replace `...` with a string such as 'cuda'.")
     if isinstance(answer, torch.device):
         answer = answer.type
     if not isinstance(answer, str):
         kind = "None" if answer is None else type(answer).__name__
-        raise AnswerKindError(f"answer must be a string such as 'cpu', got {kind}")
-    found = pick_device().type
+        raise AnswerKindError(f"answer must be a string such as 'cuda', got {kind}")
     given = answer.strip().lower()
-    if given == found or (found == "cuda" and given.startswith("cuda:")):
-        return correct(f"this notebook computes on {found!r}. You are ready for the course.")
-    if given in ("gpu", "nvidia"):
-        return wrong(
-            f"PyTorch names NVIDIA GPUs 'cuda', and this machine's device is {found!r}: "
-            "read the 'device' line of the report above."
+    if given == "cpu":
+        return correct(
+            "GM_DEVICE wins over the GPU pick_device() would find: it returns 'cpu'. You are "
+            "ready for the course."
         )
-    if given in ("cpu", "cuda", "mps"):
+    if given in ("cuda", "gpu", "nvidia") or given.startswith("cuda:"):
         return wrong(
-            f"{given!r} is a device PyTorch knows, but not the one found here: read the "
-            "'device' line of the report above."
+            "pick_device() would find the GPU, but it reads GM_DEVICE first, and GM_DEVICE=cpu "
+            "forces another device: which one?"
+        )
+    if given == "mps":
+        return wrong(
+            "mps is Apple silicon's GPU, and this laptop has an NVIDIA one; besides, GM_DEVICE "
+            "names the device to use: which one does it name?"
         )
     return wrong("PyTorch's devices are named 'cpu', 'cuda' or 'mps': use one of those names.")
