@@ -1,11 +1,16 @@
 """Helpers of notebook 02: grad inspection, measurement, optimizer experiments, zero_grad facts."""
 
+import inspect
+import textwrap
+
 import pytest
 import torch
+from course import NOTEBOOKS, read
 from torch import nn
 
 from helpers import zero_grad_facts as facts
 from helpers.data import make_article_setup, split_batches
+from helpers.exercises import zero_grad_internals as exercises
 from helpers.grads import GradLog, describe_grad, grad_state, grad_states
 from helpers.measure import grad_bytes
 from helpers.optimizer_steps import (
@@ -200,3 +205,62 @@ def test_median_seconds_each_takes_turns_and_refuses_bad_input():
         median_seconds_each({})
     with pytest.raises(TypeError):
         median_seconds_each({"a": 3})
+
+
+class TestPairLoops:
+    """Exercise 02.2: four loops meant to step once per pair of batches."""
+
+    def test_the_notebook_shows_the_loops_that_run(self):
+        nb = read(NOTEBOOKS / "02_zero_grad_internals.ipynb")
+        [text] = [c.source for c in nb.cells if c.source.startswith("## Exercise 02.2")]
+        for letter, loop in exercises.ACCUMULATION_LOOPS.items():
+            body = textwrap.dedent(inspect.getsource(loop).split("\n", 1)[1]).rstrip()
+            assert f"**{letter}**\n```python\n{body}\n```" in text, letter
+
+    def test_a_and_c_add_up_each_pair_b_and_d_keep_half(self):
+        ex = exercises
+        assert ex.correct_pair_loops() == {"A", "C"}
+        weights = {}
+        for letter, loop in ex.ACCUMULATION_LOOPS.items():
+            model, batches = ex._loop_case()
+            loop(model, torch.optim.SGD(model.parameters(), lr=0.1), batches)
+            weights[letter] = torch.cat([p.detach().flatten() for p in model.parameters()])
+        assert torch.equal(weights["B"], weights["D"]), "both step with the second batch only"
+        model, batches = ex._loop_case()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in batches[1::2]:  # the second batch of each pair, alone
+            optimizer.zero_grad()
+            ex.loss_fn(model(x), y).backward()
+            optimizer.step()
+        second_only = torch.cat([p.detach().flatten() for p in model.parameters()])
+        assert torch.allclose(weights["B"], second_only, atol=1e-6)
+        assert not torch.allclose(weights["A"], second_only, atol=1e-3)
+
+    @pytest.mark.parametrize(
+        ("answer", "named", "not_named"),
+        [
+            ({"A", "B"}, ["B zeroes", "C zeroes"], ["D zeroes", "A zeroes"]),
+            ("cd", ["D zeroes", "A zeroes"], ["B zeroes", "C zeroes"]),
+            ({"a", "b", "c", "d"}, ["B zeroes", "D zeroes"], ["A zeroes", "C zeroes"]),
+            ("B, D", ["B zeroes", "D zeroes", "A zeroes", "C zeroes"], []),
+            ({"A"}, ["C zeroes"], ["A zeroes", "B zeroes", "D zeroes"]),
+        ],
+    )
+    def test_each_mistake_is_named_and_only_those(self, answer, named, not_named):
+        result = exercises.check_correct_loops(answer)
+        assert not result.passed
+        for fragment in named:
+            assert fragment in result.message, (fragment, result.message)
+        for fragment in not_named:
+            assert fragment not in result.message, (fragment, result.message)
+
+    @pytest.mark.parametrize(
+        "answer", [{"A", "C"}, {"a", "c"}, ["c", "A"], "ac", "A and C", "a, C"]
+    )
+    def test_every_spelling_of_the_right_answer_passes(self, answer):
+        assert exercises.check_correct_loops(answer).passed
+
+    @pytest.mark.parametrize("answer", [None, 3, {"A", 3}, ..., {"E"}, "A, X"])
+    def test_bad_answers_get_a_message_not_an_error(self, answer):
+        result = exercises.check_correct_loops(answer)
+        assert not result.passed and result.message

@@ -75,11 +75,11 @@ check_grad_after_sequence.expected = _check_grad_number.expected
 check_grad_after_sequence.misconceptions = _check_grad_number.misconceptions
 
 
-def moved_by_first_adamw_step() -> set[str]:
-    """Exercise 02.2, computed: which of a (real grad), b (grad of zeros) and c (grad None)
-    does a first AdamW step (lr 0.1, weight_decay 0.01) change?"""
+def moved_by_first_adam_step() -> set[str]:
+    """Exercise 02.4, computed: which of a (real grad), b (grad of zeros) and c (grad None)
+    does the first step of a new Adam optimizer (lr 0.1, no weight decay) change?"""
     params = {name: nn.Parameter(torch.tensor([1.0])) for name in "abc"}
-    optimizer = torch.optim.AdamW(params.values(), lr=0.1, weight_decay=0.01)
+    optimizer = torch.optim.Adam(params.values(), lr=0.1)
     (2 * params["a"]).sum().backward()
     params["b"].grad = torch.zeros(1)
     before = {name: p.detach().clone() for name, p in params.items()}
@@ -89,67 +89,155 @@ def moved_by_first_adamw_step() -> set[str]:
 
 @checker
 def check_moved_parameters(answer: object) -> CheckResult:
-    """Exercise 02.2: expected {"a", "b"}: a by its gradient, b by weight decay alone."""
+    """Exercise 02.4: expected {"a"}: a moves by its gradient; b's zeros meet moments that
+    are still zero (a first step) and no weight decay; c (None) is skipped."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = as_names(answer, "{'a', 'b'}", letters=True, names=("a", "b", "c"))
+    given = as_names(answer, "{'a'}", letters=True, names=("a", "b", "c"))
     if not given <= {"a", "b", "c"}:
         return wrong("the parameters are named 'a', 'b' and 'c'.")
-    expected = moved_by_first_adamw_step()
+    expected = moved_by_first_adam_step()
     if given == expected:
-        return correct("a moved by its gradient, b by AdamW's weight decay; c was skipped.")
+        return correct(
+            "only a moved. b's zero gradient met moments that were still zero (nothing in the "
+            "past to keep pushing) and no weight decay; c was skipped."
+        )
     hints = []
     if "c" in given:
         hints.append("c's grad is None, so the optimizer skips it entirely.")
-    if "b" not in given:
+    if "b" in given:
         hints.append(
-            "b's grad is zeros, not None: AdamW still applies weight decay to it "
-            "(p -= lr * weight_decay * p), so it moves."
+            "b's grad is zeros, so Adam does not skip it, but what would move it? This is the "
+            "optimizer's first step: its moments start at zero and a zero gradient keeps them "
+            "there, and this Adam has no weight decay."
         )
     if "a" not in given:
         hints.append("a has a real gradient, so its Adam update moves it.")
     return wrong(" ".join(hints))
 
 
-PLACEMENT_LOOPS = {
-    "A": "before forward",
-    "B": "between backward and step",
-    "C": "after step",
-    "D": "after forward",
+loss_fn = nn.functional.mse_loss
+
+
+# The four loops of exercise 02.2. Each is meant to take one step per pair of batches, with
+# the gradient of the pair's summed loss (two backward() calls add up).
+def loop_a(model, optimizer, batches):
+    for i, (x, y) in enumerate(batches):
+        loss_fn(model(x), y).backward()
+        if i % 2 == 1:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def loop_b(model, optimizer, batches):
+    for i, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        if i % 2 == 1:
+            optimizer.step()
+
+
+def loop_c(model, optimizer, batches):
+    for i, (x, y) in enumerate(batches):
+        if i % 2 == 0:
+            optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        if i % 2 == 1:
+            optimizer.step()
+
+
+def loop_d(model, optimizer, batches):
+    for i, (x, y) in enumerate(batches):
+        loss_fn(model(x), y).backward()
+        if i % 2 == 1:
+            optimizer.step()
+        optimizer.zero_grad()
+
+
+ACCUMULATION_LOOPS = {"A": loop_a, "B": loop_b, "C": loop_c, "D": loop_d}
+"""The loops of exercise 02.2, by the letter the notebook gives them."""
+
+_LR = 0.1
+
+
+def _loop_case() -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+    generator = torch.Generator().manual_seed(0)
+    model = nn.Linear(3, 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator))
+    batches = [
+        (torch.randn(4, 3, generator=generator), torch.randn(4, 1, generator=generator))
+        for _ in range(6)
+    ]
+    return model, batches
+
+
+def _pair_reference() -> list[torch.Tensor]:
+    """The weights after three pairs of batches, each step computed by hand:
+    p <- p - lr * gradient of the pair's summed loss (torch.autograd.grad, .grad untouched)."""
+    model, batches = _loop_case()
+    params = list(model.parameters())
+    for first in range(0, len(batches), 2):
+        loss = sum(loss_fn(model(x), y) for x, y in batches[first : first + 2])
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads, strict=True):
+                p -= _LR * g
+    return [p.detach() for p in params]
+
+
+def correct_pair_loops() -> set[str]:
+    """Exercise 02.2, computed: the letters of the loops whose weights, after three pairs of
+    batches under plain SGD (lr 0.1), match the pairs' gradients applied by hand."""
+    reference = _pair_reference()
+    right = set()
+    for letter, loop in ACCUMULATION_LOOPS.items():
+        model, batches = _loop_case()
+        loop(model, torch.optim.SGD(model.parameters(), lr=_LR), batches)
+        if all(
+            torch.allclose(p.detach(), r, atol=1e-6)
+            for p, r in zip(model.parameters(), reference, strict=True)
+        ):
+            right.add(letter)
+    return right
+
+
+_LOOP_HINTS = {
+    # (letter, whether the answer includes it): the hint that names the mistake
+    ("B", True): "B zeroes at the top of every batch, so the second batch's zero_grad() wipes "
+    "the first one's gradient before the step: each step sees only half of its pair.",
+    ("D", True): "D zeroes at the end of every batch, also after the first batch of a pair: "
+    "that is between its backward() and the step() that needs it, so each step sees only "
+    "half of its pair.",
+    ("A", False): "A zeroes right after each step(), so the next pair's first backward() "
+    "starts from nothing, as it should.",
+    ("C", False): "C zeroes only before the first batch of each pair: after the previous "
+    "step() and before the pair's first backward() (its very first call finds the grads "
+    "None, which is fine).",
 }
-"""The four loops of exercise 02.3 and where each calls zero_grad."""
 
 
 @checker
-def check_correct_placements(answer: object) -> CheckResult:
-    """Exercise 02.3: the loops that train like the standard one are A, C and D."""
+def check_correct_loops(answer: object) -> CheckResult:
+    """Exercise 02.2: the loops that step once per pair of batches with the pair's gradient
+    are A and C."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = as_names(answer, "{'A', 'B'}", letters=True, names=PLACEMENT_LOOPS)
-    if not given <= set(PLACEMENT_LOOPS):
+    given = as_names(answer, "{'A', 'B'}", letters=True, names=ACCUMULATION_LOOPS)
+    if not given <= set(ACCUMULATION_LOOPS):
         return wrong("the loops are named 'A', 'B', 'C' and 'D'.")
-    expected = {
-        name for name, where in PLACEMENT_LOOPS.items() if where != "between backward and step"
-    }
+    expected = correct_pair_loops()
     if given == expected:
         return correct(
-            "zero_grad may go anywhere after the previous step() and before the next backward()."
+            "zero_grad() goes after the previous step() and before the first backward() of "
+            "the next step, never between two backward() calls that one step adds up."
         )
-    hints = []
-    if "B" in given:
-        hints.append("B zeroes between backward() and step(): the step sees no gradient.")
-    if "D" not in given:
-        hints.append(
-            "D zeroes after the forward pass but before backward(): fine, the forward pass "
-            "does not touch .grad."
-        )
-    if "C" not in given:
-        hints.append(
-            "C zeroes right after step(): the next backward() then starts from nothing, "
-            "as it should."
-        )
-    if "A" not in given:
-        hints.append("A is the standard loop.")
+    hints = [
+        hint
+        for (letter, included), hint in _LOOP_HINTS.items()
+        if (letter in given) == included and (letter in expected) != included
+    ]
     return wrong(" ".join(hints))
 
 
@@ -205,7 +293,7 @@ def _run_zero_grad(my_zero_grad, **options) -> tuple[dict, dict]:
 
 @checker
 def check_my_zero_grad(my_zero_grad: object) -> CheckResult:
-    """Exercise 02.4: ``my_zero_grad(optimizer, set_to_none=True)`` must do what
+    """Exercise 02.3: ``my_zero_grad(optimizer, set_to_none=True)`` must do what
     ``Optimizer.zero_grad`` does (without the foreach path): every param group, None grads
     left alone, ``None`` by default, else the same tensor cut from its graph and zeroed."""
     if is_unanswered(my_zero_grad):
