@@ -1,4 +1,4 @@
-"""Notebook 03's write exercises: the logged loss (03.4) and a schedule's length (03.5).
+"""Notebook 03's write exercises: a schedule's length (03.3) and, optional, the logged loss (03.5).
 Each typical mistake is rejected with its hint, correct answers written differently pass,
 answers of the wrong kind and code that raises give a ❌, never a traceback."""
 

@@ -8,6 +8,7 @@ from helpers.accumulation import relative_error
 from helpers.data import make_padded_tokens
 from helpers.exercises.gradient_accumulation import (
     check_accumulation_loop,
+    check_batch_coupling,
     check_exact_norms,
     check_tail_fraction,
 )
@@ -98,6 +99,7 @@ def test_accumulation_loop_solution_passes():
         ),
         (loop(lambda w, t, k: int((t != -100).sum()) * len(w)), "weighted unequally"),
         (loop(lambda w, t, k: 1), "48x the mean over its tokens"),
+        (loop(lambda w, t, k: len(w) * t.numel()), "targets.numel() counts the padding too"),
         (loop(window_tokens, zero=False), "still held window 1's gradient"),
         (lambda *args: 1 / 0, "raised ZeroDivisionError"),
         (..., "Not answered yet"),
@@ -134,7 +136,7 @@ def test_tail_fraction():
 
 
 def test_exact_norms():
-    """Exercise 03.3, a prediction made before the cell that measures it."""
+    """The earlier form of exercise 03.4, a prediction made before the cell that measures it."""
     assert check_exact_norms({"GroupNorm", "LayerNorm"}).passed
     assert check_exact_norms(["LayerNorm", "GroupNorm", "none"]).passed
     assert check_exact_norms("GroupNorm and LayerNorm").passed
@@ -148,6 +150,81 @@ def test_exact_norms():
     ]:
         result = check_exact_norms(answer)
         assert not result.passed and hint in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    "answer", [{"A", "B"}, {"a", "b"}, ["B", "a"], ("A", "B"), "ab", "AB", "a, b", "A and B"]
+)
+def test_batch_coupling_takes_every_way_of_writing_a_and_b(answer):
+    """Exercise 03.4 (optional), a prediction about four layers and losses the section did
+    not measure."""
+    result = check_batch_coupling(answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "hints", "not_named"),
+    [
+        ({"A"}, ["B divides each sample by its own length"], ["A,", "C ", "D "]),
+        ({"b"}, ["A, BatchNorm in eval mode"], ["B divides", "C ", "D "]),
+        ({"A", "B", "C"}, ["C subtracts the mean of the batch"], ["A,", "B divides", "D "]),
+        ("abd", ["D scores each sample against the other samples"], ["A,", "B divides", "C "]),
+        ("abcd", ["C subtracts", "D scores"], ["A,", "B divides"]),
+        ({"C", "D"}, ["A, BatchNorm", "B divides", "C subtracts", "D scores"], []),
+        (set(), ["A, BatchNorm", "B divides"], ["C subtracts", "D scores"]),
+        ({"A", "B", "E"}, ["E: answer with the letters A, B, C and D"], []),
+        ({"BatchNorm"}, ["answer with the letters"], []),
+        (3, ["a set of names such as {'A', 'B'}"], []),
+        (None, ["a set of names"], []),
+        (..., ["Not answered yet"], []),
+    ],
+)
+def test_batch_coupling_names_each_mistake(answer, hints, not_named):
+    result = check_batch_coupling(answer)
+    assert not result.passed
+    for hint in hints:
+        assert hint in result.message, result.message
+    for other in not_named:
+        assert other not in result.message, result.message
+
+
+def test_batch_coupling_answer_is_what_accumulation_measures():
+    """The checker's answer, measured: A and B keep 4 x 8 equal to 1 x 32, C and D do not."""
+    from helpers.accumulation import current_gradients, full_batch_gradients
+
+    class UnitLength(nn.Module):
+        def forward(self, x):
+            return x / x.norm(dim=1, keepdim=True)
+
+    class Centred(nn.Module):
+        def forward(self, x):
+            return x - x.mean(dim=0)
+
+    def in_batch_loss(z, _):
+        return nn.functional.cross_entropy(z @ z.T, torch.arange(len(z)))
+
+    def with_layer(layer, outputs=1):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), layer, nn.ReLU(), nn.Linear(16, outputs))
+
+    generator = torch.Generator().manual_seed(1)
+    features, values = torch.randn(32, 8, generator=generator), torch.randn(32, 1)
+    options = {
+        "A": (make_norm_model("BatchNorm").eval(), nn.MSELoss()),
+        "B": (with_layer(UnitLength()), nn.MSELoss()),
+        "C": (with_layer(Centred()), nn.MSELoss()),
+        "D": (with_layer(nn.Identity(), outputs=4), in_batch_loss),
+    }
+    exact = set()
+    for option, (net, loss_fn) in options.items():
+        reference = full_batch_gradients(net, loss_fn, features, values)
+        for x, y in zip(features.split(8), values.split(8), strict=True):
+            (loss_fn(net(x), y) / 4).backward()
+        error = relative_error(current_gradients(net), reference)
+        assert error < 1e-5 or error > 0.05, (option, error)
+        if error < 1e-5:
+            exact.add(option)
+    assert check_batch_coupling(exact).passed, exact
 
 
 def test_the_exercise_checks_say_what_kind_of_answer_they_expect():
@@ -177,65 +254,173 @@ class TestSeveralLossesCheckers:
 
     @staticmethod
     def run(body):
-        from helpers.exercises.several_losses import check_two_task_backward
+        from helpers.exercises.several_losses import check_two_task_window
 
-        return check_two_task_backward(body)
+        return check_two_task_window(body)
 
-    def test_two_task_backward(self):
-        assert self.run(lambda a, b, wa, wb: (wa * a + wb * b).backward()).passed
+    def test_two_task_window(self):
+        def solution(losses, counts, wa, wb):
+            total = sum(counts)
+            for (a, b), n in zip(losses, counts, strict=True):
+                ((wa * a + wb * b) * n / total).backward()
 
-        def two_passes(a, b, wa, wb):
-            (wa * a).backward(retain_graph=True)
-            (wb * b).backward()
+        def one_backward(losses, counts, wa, wb):  # one graph for the window: right too
+            total = sum(counts)
+            pairs = zip(losses, counts, strict=True)
+            sum((wa * a + wb * b) * n / total for (a, b), n in pairs).backward()
 
-        assert self.run(two_passes).passed
+        def two_passes(losses, counts, wa, wb):
+            for (a, b), n in zip(losses, counts, strict=True):
+                (wa * a * n / sum(counts)).backward(retain_graph=True)
+                (wb * b * n / sum(counts)).backward()
 
-        def no_retain(a, b, wa, wb):
-            a.backward()
-            b.backward()
+        for right in (solution, one_backward, two_passes):
+            assert self.run(right).passed, right.__name__
+
+        def each(scale, task_a=lambda wa: wa, task_b=lambda wb: wb, last_only=False):
+            def body(losses, counts, wa, wb):
+                pairs = list(zip(losses, counts, strict=True))
+                for (a, b), n in pairs[-1:] if last_only else pairs:
+                    weighted = task_a(wa) * a + task_b(wb) * b
+                    (weighted * scale(n, counts)).backward()
+
+            return body
+
+        def no_retain(losses, counts, wa, wb):
+            for a, b in losses:
+                (wa * a).backward()
+                (wb * b).backward()
+
+        def share(n, counts):
+            return n / sum(counts)
 
         cases = [
-            (no_retain, "found the graph freed: backward once"),
-            (lambda a, b, wa, wb: (a + b).backward(), "the weights w_a and w_b are missing"),
-            (lambda a, b, wa, wb: (wa * a).backward(), "loss_b was never backpropagated"),
-            (lambda a, b, wa, wb: (wa * wa * a + wb * wb * b).backward(), "applied twice"),
-            (lambda a, b, wa, wb: None, "did you call backward()"),
-            (lambda a, b, wa, wb: wa * a.backward(), "backward() returns None"),
-            (lambda a, b, wa, wb: a.backward(), "without its weight"),
-            (lambda a, b, wa, wb: (wb * a + wa * b).backward(), "the weights are swapped"),
-            (lambda a, b, wa, wb: (a + wb * b).backward(), "without its weight w_a"),
-            (lambda a, b, wa, wb: (wa * a + b).backward(), "without its weight w_b"),
-            (lambda a, b, wa, wb: ((wa * a + wb * b) / 2).backward(), "was halved"),
+            (no_retain, "found a micro-batch's graph freed"),
+            (each(lambda n, c: 1 / len(c)), "divided by k = 3"),
+            (each(lambda n, c: 1), "added undivided"),
+            (each(lambda n, c: n), "never divided by the window's count"),
+            (each(lambda n, c: 1 / sum(c)), "divided by the window's count alone"),
+            (each(share, lambda wa: 1, lambda wb: 1), "the weights w_a and w_b are missing"),
+            (each(share, lambda wa: 2.0, lambda wb: 0.3), "the weights are swapped"),
+            (each(share, task_b=lambda wb: 0), "only loss_a reached the trunk"),
+            (each(share, task_a=lambda wa: 0), "only loss_b reached the trunk"),
+            (each(share, task_a=lambda wa: 1), "without its weight w_a"),
+            (each(share, task_b=lambda wb: 1), "without its weight w_b"),
+            (each(share, lambda wa: wa * wa, lambda wb: wb * wb), "applied twice"),
+            (each(lambda n, c: n / sum(c) / 2), "was halved"),
+            (each(lambda n, c: n / sum(c) / 2.3), "normalized to sum to 1"),
+            (each(share, last_only=True), "only the last micro-batch"),
+            (lambda losses, counts, wa, wb: None, "did you call backward()"),
+            (lambda losses, counts, wa, wb: wa * losses[0][0].backward(), "returns None"),
+            (each(lambda n, c: 0.5), "not the window's w_a * g_a + w_b * g_b"),  # the fallback
+            (..., "Not answered yet"),
         ]
         for body, hint in cases:
             result = self.run(body)
-            assert not result.passed and hint in result.message, result.message
+            assert not result.passed and hint in result.message, (hint, result.message)
+        for answer in ("two_task_window", None, lambda losses: None):
+            assert not self.run(answer).passed
 
-    def test_gan_order(self):
-        from helpers.exercises.several_losses import check_gan_order
+    def test_misordered_gan(self):
+        from helpers.exercises.several_losses import check_misordered_gan
 
-        assert check_gan_order({"B"}).passed and check_gan_order("b").passed
-        assert check_gan_order("only B").passed is False  # "only" is not an option letter
-        for answer, hint in [
-            ({"A", "B"}, "A raises"),
-            ({"B", "C"}, "C runs, but"),
-            ({"A"}, "B works"),
+        for right in ({"B", "C"}, "b, c", "BC", "c and B", ["c", "b"]):  # any form, any case
+            assert check_misordered_gan(right).passed, right
+        for answer, hints in [
+            ({"A", "B", "C"}, ["A is false"]),
+            ("abc", ["A is false"]),
+            ({"B"}, ["C is true"]),
+            ({"C"}, ["B is true"]),
+            ({"A"}, ["A is false", "B is true", "C is true"]),
+            ("a, c", ["A is false", "B is true"]),
+            (set(), ["B is true", "C is true"]),
         ]:
-            result = check_gan_order(answer)
-            assert not result.passed and hint in result.message
-        assert not check_gan_order(3).passed  # the wrong kind of answer: a message, no raise
+            result = check_misordered_gan(answer)
+            assert not result.passed and all(h in result.message for h in hints), result.message
+        for answer in ({"B", "C", "D"}, "only B and C"):  # not statement letters
+            result = check_misordered_gan(answer)
+            assert not result.passed and "the statements are 'A', 'B' and 'C'" in result.message
+        assert not check_misordered_gan(3).passed  # the wrong kind of answer: a message, no raise
+        assert not check_misordered_gan(...).passed
 
-    def test_window_gradient(self):
-        from helpers.exercises.several_losses import check_window_gradient
 
-        assert check_window_gradient(-0.4).passed
-        for answer, hint in [
-            (0.1, "g1 + g2"),
-            (-1.6, "4x too large"),
-            (-0.1, "one micro-batch's share"),
-            (-0.3, "g2 alone"),
-            (-0.2, "averages the two tasks"),
-            (-0.05, "halved"),
-        ]:
-            result = check_window_gradient(answer)
-            assert not result.passed and hint in result.message
+class TestNotebook04GanClaims:
+    """What notebook 04 says about a GAN update, and the key of its exercise 04.2, run."""
+
+    @staticmethod
+    def gan():
+        torch.manual_seed(0)
+        G, D = nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+        opt_g = torch.optim.SGD(G.parameters(), lr=0.1)
+        opt_d = torch.optim.SGD(D.parameters(), lr=0.1)
+        real, noise = torch.randn(8, 8), torch.randn(8, 4)
+        return G, D, opt_g, opt_d, real, noise
+
+    @staticmethod
+    def grads(loss, model):
+        grads = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
+        return torch.cat([g.flatten() for g in grads])
+
+    def test_without_detach_d_loss_reaches_g_and_g_backward_raises(self):
+        G, D, _, opt_d, real, noise = self.gan()
+        bce = nn.functional.binary_cross_entropy_with_logits
+        fake = G(noise)
+        d_loss = bce(D(real), torch.ones(8, 1)) + bce(D(fake), torch.zeros(8, 1))
+        d_loss.backward()
+        assert all(p.grad is not None for p in G.parameters()), "D's loss reached G's .grad"
+        opt_d.step()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            bce(D(fake), torch.ones(8, 1)).backward()  # G's loss, scored again after D's step
+
+    def test_the_misordered_update_of_exercise_04_2(self):
+        from helpers.exercises.several_losses import MISORDERED_GAN_TRUE
+
+        G, D, opt_g, opt_d, real, noise = self.gan()
+        bce = nn.functional.binary_cross_entropy_with_logits
+        ones, zeros = torch.ones(8, 1), torch.zeros(8, 1)
+        # the exercise's update, as the notebook prints it (A: nothing below raises)
+        opt_d.zero_grad()
+        opt_g.zero_grad()
+        fake = G(noise)
+        g_loss = bce(D(fake), ones)
+        g_loss.backward(retain_graph=True)  # kept only to compute the references below
+        d_loss = bce(D(real), ones) + bce(D(fake.detach()), zeros)
+        d_loss.backward(retain_graph=True)
+        d_grad = torch.cat([p.grad.flatten() for p in D.parameters()])
+        g_grad = torch.cat([p.grad.flatten() for p in G.parameters()])
+        # B: D's .grad at its step is g_loss's gradient plus d_loss's
+        from_d_loss, from_g_loss = self.grads(d_loss, D), self.grads(g_loss, D)
+        torch.testing.assert_close(d_grad, from_d_loss + from_g_loss)
+        assert (d_grad - from_d_loss).norm() > 0.1 * from_d_loss.norm()
+        # C: G's .grad at its step is g_loss's gradient only
+        torch.testing.assert_close(g_grad, self.grads(g_loss, G), rtol=0, atol=0)
+        opt_d.step()
+        opt_g.step()
+        assert MISORDERED_GAN_TRUE == {"B", "C"}
+
+    def test_the_misordered_update_runs_as_printed(self):
+        G, D, opt_g, opt_d, real, noise = self.gan()
+        bce = nn.functional.binary_cross_entropy_with_logits
+        ones, zeros = torch.ones(8, 1), torch.zeros(8, 1)
+        opt_d.zero_grad()
+        opt_g.zero_grad()
+        fake = G(noise)
+        g_loss = bce(D(fake), ones)
+        g_loss.backward()
+        d_loss = bce(D(real), ones) + bce(D(fake.detach()), zeros)
+        d_loss.backward()
+        opt_d.step()
+        opt_g.step()  # A is false: no error
+
+    def test_zeroing_d_right_before_its_backward_fixes_d_step(self):
+        G, D, opt_g, opt_d, real, noise = self.gan()
+        bce = nn.functional.binary_cross_entropy_with_logits
+        ones, zeros = torch.ones(8, 1), torch.zeros(8, 1)
+        opt_g.zero_grad()
+        fake = G(noise)
+        bce(D(fake), ones).backward()
+        opt_d.zero_grad()  # moved: what g_loss left in D's .grad is dropped
+        d_loss = bce(D(real), ones) + bce(D(fake.detach()), zeros)
+        d_loss.backward(retain_graph=True)
+        d_grad = torch.cat([p.grad.flatten() for p in D.parameters()])
+        torch.testing.assert_close(d_grad, self.grads(d_loss, D))

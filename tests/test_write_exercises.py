@@ -17,7 +17,7 @@ def assert_hint(result, *fragments):
         assert fragment in result.message, result.message
 
 
-# Exercise 02.4: zero_grad by hand.
+# Exercise 02.3: zero_grad by hand.
 
 
 def zero_grad_like_torch(optimizer, set_to_none=True):
@@ -197,7 +197,7 @@ def test_what_torchs_own_zero_grad_does_is_what_the_check_accepts():
     ).passed
 
 
-# Exercise 04.4: per-task gradient norms.
+# Exercise 04.3: per-task gradient norms.
 
 
 def norms_by_sum_of_squares(losses, params):

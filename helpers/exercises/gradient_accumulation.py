@@ -84,6 +84,12 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
                 f"micro-batches: its gradient is {ratio:.2g} of what it should be. Divide by "
                 "what the window really holds."
             )
+        if aligned and case == "padded" and ratio < 1:
+            return (
+                f"window {index + 1}'s gradient is {ratio:.3g}x the mean over its tokens: you "
+                "divided by more tokens than it holds. targets.numel() counts the padding too: "
+                "count the non-padding tokens, (targets != -100).sum(), over that window."
+            )
         if aligned:
             return (
                 f"window {index + 1}'s gradient is {ratio:.3g}x the mean over its tokens: divide "
@@ -143,8 +149,9 @@ check_tail_fraction = number_checker(
 
 @checker
 def check_exact_norms(answer: object) -> CheckResult:
-    """Exercise 03.3 (a prediction): which normalization layers keep accumulation exactly
-    equal to one big batch? GroupNorm and LayerNorm (per-sample statistics), not BatchNorm."""
+    """An earlier form of exercise 03.4 (a prediction): which normalization layers keep
+    accumulation exactly equal to one big batch? GroupNorm and LayerNorm (per-sample
+    statistics), not BatchNorm."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
     given = as_names(answer, "{'LayerNorm'}", names=NORMS) - {"none"}
@@ -169,8 +176,50 @@ def check_exact_norms(answer: object) -> CheckResult:
     return wrong(" ".join(hints))
 
 
-# Exercise 03.4: the loss to log for a window. Each case: the micro-batches' mean losses (as
-# loss_fn returned them, before any division) and their counts (samples or tokens).
+# Exercise 03.4 (optional): which layers and losses keep accumulation exact? Each option with
+# the hint a learner gets for getting it wrong: a hint for a wrong pick, or for a right one
+# left out.
+COUPLING_OPTIONS = ("A", "B", "C", "D")
+COUPLING_EXACT = {"A", "B"}
+COUPLING_HINTS = {
+    "A": "A, BatchNorm in eval mode, normalizes with its running statistics: numbers stored in "
+    "the layer, not taken from the batch, so each sample's output is its own and accumulation "
+    "stays exact.",
+    "B": "B divides each sample by its own length: nothing from the other samples enters, so "
+    "accumulation stays exact.",
+    "C": "C subtracts the mean of the batch it sees: with micro-batches of 8 that is each "
+    "micro-batch's own mean, so a sample's output depends on which micro-batch it is in.",
+    "D": "D scores each sample against the other samples of its batch: in a micro-batch of 8 a "
+    "sample meets 7 others, in one batch of 32 it meets 31, so its loss is another.",
+}
+
+
+@checker
+def check_batch_coupling(answer: object) -> CheckResult:
+    """Exercise 03.4 (optional, a prediction): of A (BatchNorm in eval mode), B (each sample
+    scaled to length 1), C (each feature centred on the batch's mean) and D (a contrastive loss with
+    in-batch negatives), which keep 4 accumulated micro-batches of 8 equal to one batch of
+    32? A and B: each sample's output and loss depend on that sample alone."""
+    if is_unanswered(answer):
+        return wrong(NOT_ANSWERED)
+    given = as_names(answer, "{'A', 'B'}", letters=True, names=COUPLING_OPTIONS)
+    unknown = given - set(COUPLING_OPTIONS)
+    if unknown:
+        return wrong(
+            f"{', '.join(sorted(unknown))}: answer with the letters A, B, C and D, for "
+            "example {'A', 'C'}."
+        )
+    if given == COUPLING_EXACT:
+        return correct(
+            "A and B give each sample an output of its own; C and D mix the samples of a "
+            "batch, so micro-batches change what each sample sees."
+        )
+    mistaken = (given - COUPLING_EXACT) | (COUPLING_EXACT - given)
+    return wrong(" ".join(COUPLING_HINTS[option] for option in sorted(mistaken)))
+
+
+# Exercise 03.5 (optional): the loss to log for a window. Each case: the micro-batches' mean
+# losses (as loss_fn returned them, before any division) and their counts (samples or tokens).
 LOG_CASES = (
     ([2.0, 1.6, 1.2, 3.0], [32, 32, 32, 8]),  # a loader's short last micro-batch
     ([0.9, 1.3], [20, 28]),  # a short window of padded sequences: token counts
@@ -220,8 +269,8 @@ def _log_mistakes(losses: list[float], counts: list[int]) -> list[tuple[float, s
 
 @checker
 def check_window_loss(window_loss: Callable) -> CheckResult:
-    """Exercise 03.4: ``window_loss(losses, counts)`` gets each micro-batch's mean loss (a
-    0-d tensor) and its count of samples or tokens, and must return the window's loss as
+    """Exercise 03.5 (optional): ``window_loss(losses, counts)`` gets each micro-batch's mean
+    loss (a 0-d tensor) and its count of samples or tokens, and must return the window's loss as
     one batch: ``sum(loss * count) / sum(counts)``."""
     if is_unanswered(window_loss):
         return wrong(NOT_ANSWERED)
@@ -249,7 +298,7 @@ def check_window_loss(window_loss: Callable) -> CheckResult:
     )
 
 
-# Exercise 03.5: (micro-batches per epoch, k, epochs) -> optimizer steps in the whole run.
+# Exercise 03.3: (micro-batches per epoch, k, epochs) -> optimizer steps in the whole run.
 SCHEDULE_CASES = ((10, 4, 3), (8, 4, 2), (32, 4, 5), (5, 8, 2), (7, 3, 1))
 
 
@@ -259,7 +308,7 @@ def _schedule_mistakes(n: int, k: int, epochs: int) -> list[tuple[float, str]]:
         (
             n * epochs,
             "that counts micro-batches, not optimizer steps: a schedule that long lasts "
-            f"k = {k} times longer than training, which ends after its first 1/{k}.",
+            f"about k = {k} times longer than training, which ends inside it.",
         ),
         (
             epochs * (n // k),
@@ -304,7 +353,7 @@ def _is_whole_number(result: object) -> bool:
 
 @checker
 def check_scheduler_steps(scheduler_steps: Callable) -> CheckResult:
-    """Exercise 03.5: ``scheduler_steps(micro_batches_per_epoch, k, epochs)`` must count the
+    """Exercise 03.3: ``scheduler_steps(micro_batches_per_epoch, k, epochs)`` must count the
     optimizer steps of the whole run: ``epochs * ceil(micro_batches_per_epoch / k)``."""
     if is_unanswered(scheduler_steps):
         return wrong(NOT_ANSWERED)

@@ -19,7 +19,6 @@ from helpers.checks import (
     checker,
     correct,
     is_unanswered,
-    number_checker,
     number_matches,
     wrong,
 )
@@ -30,6 +29,7 @@ WEIGHTS = (0.3, 2.0)
 
 
 def _two_task_losses() -> tuple[TwoHeads, torch.Tensor, torch.Tensor]:
+    """The model and two mean losses of exercise 04.3."""
     model = TwoHeads((6, 12, 12, 3), seed=5)
     generator = torch.Generator().manual_seed(5)
     inputs = torch.randn(16, 6, generator=generator)
@@ -40,28 +40,50 @@ def _two_task_losses() -> tuple[TwoHeads, torch.Tensor, torch.Tensor]:
     return model, loss_a, loss_b
 
 
+WINDOW_SIZES = (6, 6, 4)  # a window of 3 micro-batches, the last one short
+
+
+def _two_task_window() -> tuple[TwoHeads, list[tuple[torch.Tensor, torch.Tensor]], list[int]]:
+    """A model, each micro-batch's two mean losses (one forward each) and its sample count."""
+    model = TwoHeads((6, 12, 12, 3), seed=5)
+    generator = torch.Generator().manual_seed(5)
+    inputs = torch.randn(sum(WINDOW_SIZES), 6, generator=generator)
+    labels = torch.randint(0, 3, (2, sum(WINDOW_SIZES)), generator=generator)
+    losses = []
+    parts = (t.split(WINDOW_SIZES) for t in (inputs, labels[0], labels[1]))
+    for x, y_a, y_b in zip(*parts, strict=True):
+        out_a, out_b = model(x)
+        ce = nn.functional.cross_entropy
+        losses.append((ce(out_a, y_a), ce(out_b, y_b)))
+    return model, losses, list(WINDOW_SIZES)
+
+
 @checker
-def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
-    """Exercise 04.1: ``two_task_backward(loss_a, loss_b, w_a, w_b)`` must leave in the trunk's
-    ``.grad`` exactly ``w_a * g_a + w_b * g_b``."""
-    if is_unanswered(two_task_backward):
+def check_two_task_window(two_task_window: Callable) -> CheckResult:
+    """Exercise 04.1: ``two_task_window(losses, counts, w_a, w_b)`` gets each micro-batch's
+    two mean losses ``(loss_a, loss_b)`` and its sample count, micro-batches of 6, 6 and 4
+    samples, and must leave in the trunk's ``.grad`` the gradient of the whole window's
+    ``w_a * loss_a + w_b * loss_b``: each micro-batch's weighted sum scaled by its share
+    ``count / sum(counts)``, one backward per micro-batch."""
+    if is_unanswered(two_task_window):
         return wrong(NOT_ANSWERED)
-    as_function(two_task_backward, "two_task_backward(loss_a, loss_b, w_a, w_b)")
-    model, loss_a, loss_b = _two_task_losses()
+    as_function(two_task_window, "two_task_window(losses, counts, w_a, w_b)")
+    model, losses, counts = _two_task_window()
     trunk = list(model.trunk.parameters())
-    g_a, g_b = (flatten(g) for g in task_gradients([loss_a, loss_b], trunk))
+    # each micro-batch's two trunk gradients, g_a and g_b (the graphs are kept for the learner)
+    per_micro = [[flatten(g) for g in task_gradients(list(pair), trunk)] for pair in losses]
     w_a, w_b = WEIGHTS
     try:
-        call_learner(two_task_backward, loss_a, loss_b, w_a, w_b)
+        call_learner(two_task_window, losses, list(counts), w_a, w_b)
     except LearnerCodeError as failure:
         error = failure.error
         if isinstance(error, RuntimeError) and "backward through the graph a second time" in str(
             error
         ):
             return wrong(
-                "a second backward() found the graph freed: backward once, on "
-                "w_a * loss_a + w_b * loss_b (or pass retain_graph=True to the first of two "
-                "backward calls, one per loss)."
+                "a second backward() found a micro-batch's graph freed: loss_a and loss_b of one "
+                "micro-batch share its trunk nodes. Weight and add them first, then call "
+                "backward() once per micro-batch."
             )
         if isinstance(error, TypeError) and "NoneType" in str(error):
             return wrong(
@@ -72,103 +94,138 @@ def check_two_task_backward(two_task_backward: Callable) -> CheckResult:
     if any(p.grad is None for p in trunk):
         return wrong("the trunk got no gradient: did you call backward()?")
     got = torch.cat([p.grad.flatten() for p in trunk])
-    candidates = {
-        "right": w_a * g_a + w_b * g_b,
-        "unweighted": g_a + g_b,
-        "only a": w_a * g_a,
-        "only b": w_b * g_b,
-        "only a, unweighted": g_a,
-        "squared": w_a**2 * g_a + w_b**2 * g_b,
-        "normalized": (w_a * g_a + w_b * g_b) / (w_a + w_b),
-        "swapped": w_b * g_a + w_a * g_b,
-        "a unweighted": g_a + w_b * g_b,
-        "b unweighted": w_a * g_a + g_b,
-        "halved": (w_a * g_a + w_b * g_b) / 2,
-    }
-    match = next((n for n, c in candidates.items() if torch.allclose(got, c, atol=1e-6)), None)
-    hints = {
-        "right": None,
-        "unweighted": "the trunk got g_a + g_b: the weights w_a and w_b are missing.",
-        "only a": "only loss_a reached the trunk: loss_b was never backpropagated.",
-        "only b": "only loss_b reached the trunk: loss_a was never backpropagated.",
-        "only a, unweighted": "only loss_a reached the trunk, without its weight.",
-        "squared": "each weight was applied twice (w_a**2): weight the losses once.",
-        "normalized": "the weights were normalized to sum to 1 (divided by w_a + w_b): use "
-        "w_a and w_b as they are.",
-        "swapped": "the weights are swapped: w_a weights loss_a and w_b weights loss_b.",
-        "a unweighted": "loss_a reached the trunk without its weight w_a.",
-        "b unweighted": "loss_b reached the trunk without its weight w_b.",
-        "halved": "the weighted sum was halved (a mean of the two losses): add them, "
-        "w_a * loss_a + w_b * loss_b.",
-    }
-    if match == "right":
-        return correct("the trunk received w_a * g_a + w_b * g_b.")
-    if match is not None:
-        return wrong(hints[match])
+    total, k = sum(counts), len(counts)
+
+    def window(scale, task_a=w_a, task_b=w_b, which=range(k)):
+        return sum(scale(i) * (task_a * per_micro[i][0] + task_b * per_micro[i][1]) for i in which)
+
+    def share(i):
+        return counts[i] / total
+
+    candidates = [
+        (window(share), None),
+        (
+            window(lambda i: 1 / k),
+            f"each micro-batch was divided by k = {k}, but the micro-batches hold "
+            f"{counts} samples: the short one counts as much as a full one. Scale each by "
+            "its share of the window, count / sum(counts).",
+        ),
+        (
+            window(lambda i: 1),
+            "the micro-batches' losses were added undivided: the window's gradient is "
+            f"{k} micro-batch means added up. Scale each by its share, count / sum(counts).",
+        ),
+        (
+            window(lambda i: counts[i]),
+            "each micro-batch was multiplied by its count but never divided by the window's "
+            "count: divide by sum(counts) too.",
+        ),
+        (
+            window(lambda i: 1 / total),
+            "each micro-batch's mean loss was divided by the window's count alone: a mean "
+            "loss is already divided by its own count, so scale it by count / sum(counts).",
+        ),
+        (
+            window(share, 1, 1),
+            "the trunk got g_a + g_b: the weights w_a and w_b are missing.",
+        ),
+        (window(share, w_b, w_a), "the weights are swapped: w_a weights loss_a, w_b loss_b."),
+        (window(share, w_a, 0), "only loss_a reached the trunk: add w_b * loss_b before backward."),
+        (window(share, 0, w_b), "only loss_b reached the trunk: add w_a * loss_a before backward."),
+        (window(share, 1, w_b), "loss_a reached the trunk without its weight w_a."),
+        (window(share, w_a, 1), "loss_b reached the trunk without its weight w_b."),
+        (window(share, w_a**2, w_b**2), "each weight was applied twice: weight the losses once."),
+        (
+            window(share) / (w_a + w_b),
+            "the weights were normalized to sum to 1 (divided by w_a + w_b): use w_a and w_b "
+            "as they are.",
+        ),
+        (
+            window(share) / 2,
+            "the weighted sum was halved (a mean of the two losses): add them, "
+            "w_a * loss_a + w_b * loss_b.",
+        ),
+        (
+            window(share, which=[k - 1]),
+            "only the last micro-batch reached the trunk: call backward() for every "
+            "micro-batch of the window.",
+        ),
+        (
+            window(lambda i: 1 / k, which=[k - 1]),
+            "only the last micro-batch reached the trunk: call backward() for every "
+            "micro-batch of the window.",
+        ),
+    ]
+    for candidate, hint in candidates:
+        if torch.allclose(got, candidate, atol=1e-6):
+            if hint is None:
+                return correct(
+                    "the trunk holds the window's w_a * g_a + w_b * g_b, the short micro-batch "
+                    "weighted by its share."
+                )
+            return wrong(hint)
     return wrong(
-        "the trunk's gradient is not w_a * g_a + w_b * g_b: backward "
-        "w_a * loss_a + w_b * loss_b once."
+        "the trunk's gradient is not the window's w_a * g_a + w_b * g_b: for each micro-batch, "
+        "backward (w_a * loss_a + w_b * loss_b) * count / sum(counts) once."
     )
 
 
-GAN_OPTIONS = {
-    "A": "score the fakes once; d_loss.backward(retain_graph=True); opt_d.step(); "
-    "g_loss on the same scores",
-    "B": "D's loss uses D(fake.detach()); after opt_d.step(), score D(fake) again for G's loss",
-    "C": "d_loss.backward(retain_graph=True); g_loss.backward() on the same scores; "
-    "then both steps",
+MISORDERED_GAN = {
+    "A": "it raises the in-place error",
+    "B": "opt_d.step() uses a gradient of g_loss as well as the gradient of d_loss",
+    "C": "opt_g.step() uses the gradient of g_loss only",
 }
+"""Exercise 04.2's statements about this update (G's backward first, both steps last)::
+
+    opt_d.zero_grad()
+    opt_g.zero_grad()
+    fake = G(noise)
+    g_loss = bce(D(fake), ones)
+    g_loss.backward()
+    d_loss = bce(D(real), ones) + bce(D(fake.detach()), zeros)
+    d_loss.backward()
+    opt_d.step()
+    opt_g.step()
+
+B and C are true (tests/test_accumulation_notebook_helpers.py runs the update)."""
+MISORDERED_GAN_TRUE = {"B", "C"}
 
 
 @checker
-def check_gan_order(answer: object) -> CheckResult:
-    """Exercise 04.2: which orderings run without the in-place error *and* give each model the
-    gradient of its own loss only? Only B."""
+def check_misordered_gan(answer: object) -> CheckResult:
+    """Exercise 04.2: which statements about the misordered GAN update are true? B and C. Each
+    wrong choice, and each true statement left out, gets its own hint."""
     if is_unanswered(answer):
         return wrong(NOT_ANSWERED)
-    given = as_names(answer, "{'A'}", letters=True, names=GAN_OPTIONS)
-    if not given <= set(GAN_OPTIONS):
-        return wrong("the options are 'A', 'B' and 'C'.")
-    if given == {"B"}:
-        return correct("detach the fake samples for D's step, and score them again after it.")
+    given = as_names(answer, "{'A'}", letters=True, names=MISORDERED_GAN)
+    unknown = given - set(MISORDERED_GAN)
+    if unknown:
+        return wrong(
+            f"the statements are 'A', 'B' and 'C'; {', '.join(sorted(map(repr, unknown)))} "
+            "is not one of them."
+        )
+    if given == MISORDERED_GAN_TRUE:
+        return correct(
+            "D's step mixes in the generator's loss (zero D right before d_loss.backward() "
+            "to fix it), and fake.detach() keeps G's gradient its own."
+        )
     hints = []
     if "A" in given:
         hints.append(
-            "A raises: opt_d.step() changes D's weights in place, and the retained graph of the "
-            "old scores still needs their old values."
-        )
-    if "C" in given:
-        hints.append(
-            "C runs, but both models get mixed gradients: g_loss's backward adds into D's "
-            "grads before D steps, and d_loss's backward (the scores are not detached) adds "
-            "into G's."
+            "A is false: nothing raises. The in-place error needs a step between a forward "
+            "and the backward through it; here both steps come after every backward."
         )
     if "B" not in given:
-        hints.append("B works: D never sees G's graph, and G's loss uses D after its step.")
+        hints.append(
+            "B is true: g_loss.backward() goes back through D to reach G, and it runs after "
+            "opt_d.zero_grad(), so D's .grad still holds g_loss's gradient when D steps."
+        )
+    if "C" not in given:
+        hints.append(
+            "C is true: fake.detach() stops d_loss's backward at D, so G's .grad holds only "
+            "g_loss's gradient."
+        )
     return wrong(" ".join(hints))
-
-
-check_window_gradient = number_checker(
-    -0.4,
-    {
-        0.1: "That is g1 + g2: each task's weight still scales its gradient.",
-        -1.6: "That is 4x too large: each micro-batch's loss was divided by 4, so the "
-        "window adds up to the full-batch mean.",
-        -0.1: "That is one micro-batch's share: `.grad` adds all 4 micro-batches.",
-        -0.3: "That is g2 alone: l1 adds 0.5 * g1 and l2's weight doubles g2.",
-        0.8: "Signs: 2 * (-0.3) is -0.6.",
-        -0.16: "That divides by the sum of the weights (0.5 + 2 = 2.5): loss weights are not "
-        "normalized, the gradient is 0.5 * g1 + 2 * g2 as written.",
-        -0.2: "That averages the two tasks (divides by 2): the loss adds them as written, "
-        "0.5 * g1 + 2 * g2, with no mean over tasks.",
-        -0.05: "That is one micro-batch's share of 0.5 * g1 + 2 * g2, halved: .grad adds "
-        "all 4 micro-batches, and the tasks are added, not averaged.",
-    },
-    "Gradients add over tasks (with their weights) and over micro-batches (each / 4).",
-    doc="""Exercise 04.3: loss = 0.5 * l1 + 2 * l2 per micro-batch, divided by 4, over 4 equal
-    micro-batches; full-batch trunk gradients g1 = 0.4 and g2 = -0.3 give
-    0.5 * 0.4 + 2 * (-0.3) = -0.4.""",
-)
 
 
 def _listed(function, *args):
@@ -182,7 +239,7 @@ def _listed(function, *args):
 
 @checker
 def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
-    """Exercise 04.4: ``task_grad_norms(losses, params)`` returns, for each loss, the norm of
+    """Exercise 04.3: ``task_grad_norms(losses, params)`` returns, for each loss, the norm of
     its gradient over all of ``params`` (a parameter it does not reach counts 0), with
     ``torch.autograd.grad``, leaving every ``.grad`` as it was. The parameters come with the
     gradients an earlier micro-batch left, so that adding to them, resetting them or reading
