@@ -1,4 +1,4 @@
-"""Notebook 06's capstone: one training function with everything at once, run on 2 real
+"""Notebook 09's capstone: one training function with everything at once, run on 2 real
 DDP processes and compared with one process on the whole batch.
 
 The setting (the same for the learner's function and the course's reference):
@@ -49,10 +49,7 @@ WORLD = 2
 K = 3  # micro-batches per window: 10 micro-batches make windows of 3, 3, 3 and 1
 MICRO_BATCHES = 10  # per rank
 VOCAB = 11
-LR = 0.5
-GAMMA = 0.5  # StepLR(step_size=1): the learning rate halves after every window
 MAX_NORM = 0.3
-INIT_SCALE = 2.0**12
 OVERFLOW = (1, 4)  # (rank, micro-batch): window 2's second micro-batch on rank 1 overflows
 
 # What the learner's module starts with: the names the exercise says are there.
@@ -69,6 +66,18 @@ from torch.nn import functional as F
 
 """
 PREAMBLE_NAMES = "torch, nn, F, dist (torch.distributed), contextlib and math"
+
+
+def preamble_bindings(preamble: str = PREAMBLE) -> tuple[str, ...]:
+    """The names ``preamble``'s imports bind (``from __future__`` binds none), in order: what
+    the learner's function may use without importing it (the exercise's text lists them)."""
+    names = []
+    for node in ast.parse(preamble).body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    return tuple(names)
 
 
 # ------------------------------------------------------------------ the setting
@@ -101,10 +110,11 @@ def make_model() -> nn.Module:
 
 
 def make_tools(model: nn.Module):
-    """SGD, a StepLR that halves the rate each window, and a GradScaler on the CPU."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=GAMMA)
-    scaler = torch.amp.GradScaler("cpu", init_scale=INIT_SCALE)
+    """The optimizer, scheduler and scaler of every capstone run."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    # StepLR multiplies the learning rate by gamma at each scheduler.step(): once per window
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4096.0)  # PyTorch's default: 65,536
     return optimizer, scheduler, scaler
 
 
@@ -159,8 +169,7 @@ VARIANTS = {
 def reference_run(variant: str = "correct") -> dict:
     """One process trains on every micro-batch of both ranks, window by window, with the
     window's loss divided by the window's token count over both ranks: what 2 DDP processes
-    must reproduce. Another ``variant`` (a key of :data:`VARIANTS`) makes one mistake the
-    way 2 ranks would (each rank's loss divided by the world size, as DDP's averaging does).
+    must reproduce. Another ``variant`` (a key of :data:`VARIANTS`) makes one mistake.
     Returns the final ``weights``, the ``lrs`` each step used (a skipped step has none) and
     the ``scale`` after each window."""
     if variant not in VARIANTS:
@@ -168,41 +177,52 @@ def reference_run(variant: str = "correct") -> dict:
     data = [capstone_data(rank) for rank in range(WORLD)]
     model = make_model()
     optimizer, scheduler, scaler = make_tools(model)
-    handle = add_overflow(model, data[OVERFLOW[0]][OVERFLOW[1]][0])
+    handle = add_overflow(model, data[OVERFLOW[0]][OVERFLOW[1]][0])  # window 2, on rank 1
     lrs, scales = [], []  # the learning rate of each step taken (not of a skipped one)
     optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
     slices = window_slices(MICRO_BATCHES)
-    if variant == "no last window":
+    if variant == "no last window":  # a mistake: the short last window never stepped
         slices = slices[:-1]
     for window in slices:
         counts = [sum(token_count(data[r][i][1]) for i in window) for r in range(WORLD)]
         optimizer.zero_grad()
-        for rank in range(WORLD):
+        for rank in range(WORLD):  # both ranks' micro-batches, on this one process
             for i in window:
                 tokens, targets = data[rank][i]
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     logits = model(tokens)
+                # the loss in float32, as autocast would compute it inside its block
                 summed = F.cross_entropy(logits.float(), targets, ignore_index=PAD, reduction="sum")
-                mean = summed / max(token_count(targets), 1)
-                loss = {
-                    "micro-batch mean / window": mean / len(window) / WORLD,
-                    "micro-batch mean / k": mean / K / WORLD,
-                    "local tokens": summed / counts[rank] / WORLD,
-                    "no world factor": summed / sum(counts) / WORLD,
-                    "micro-batch tokens": summed
-                    / (WORLD * _global_micro_tokens(data, i))
-                    / len(window),
-                }.get(variant, summed / sum(counts))
+                loss = micro_batch_loss(variant, summed, counts, rank, window, data, i)
                 scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
-        if variant != "no clip":
+        if variant != "no clip":  # a mistake: no clipping
             nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        scaler.step(optimizer)
+        scaler.step(optimizer)  # skipped for window 2: its gradients are not finite
         scaler.update()
         scales.append(scaler.get_scale())
-        scheduler.step()
+        scheduler.step()  # once per window, the skipped one included
     handle.remove()
     return {"weights": flat_weights(model), "lrs": lrs, "scales": scales}
+
+
+def micro_batch_loss(variant: str, summed, counts, rank: int, window, data, i: int):
+    """The loss of micro-batch ``i`` of ``rank`` in :func:`reference_run`, from ``summed``
+    (its summed token loss) and ``counts`` (each rank's tokens in the window). A mistake is
+    made the way 2 ranks would: each rank's loss divided by the world size, as DDP's average
+    of the 2 ranks' gradients does."""
+    mean = summed / max(token_count(data[rank][i][1]), 1)  # the micro-batch's mean token loss
+    if variant == "micro-batch mean / window":  # every micro-batch weighs the same
+        return mean / len(window) / WORLD
+    if variant == "micro-batch mean / k":  # the same, and the short window gets 1/K of it
+        return mean / K / WORLD
+    if variant == "local tokens":  # each rank divides by its own window's tokens
+        return summed / counts[rank] / WORLD
+    if variant == "no world factor":  # the right count, but DDP's average halves the step
+        return summed / sum(counts) / WORLD
+    if variant == "micro-batch tokens":  # each micro-batch by its own tokens (both ranks)
+        return summed / (WORLD * _global_micro_tokens(data, i)) / len(window)
+    return summed / sum(counts)  # correct: the window's token losses / its tokens on both ranks
 
 
 def _global_micro_tokens(data, i: int) -> int:

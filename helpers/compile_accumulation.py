@@ -1,4 +1,4 @@
-"""Notebook 07, torch.compile in an accumulation loop: what compiles, what breaks the graph,
+"""Notebook 08, torch.compile in an accumulation loop: what compiles, what breaks the graph,
 what recompiles. Every function compiles with a cheap backend (``aot_eager``: TorchDynamo
 captures the graph and AOTAutograd traces the backward, but no code is generated; ``eager``:
 the captured graph runs as it is), so the notebook stays fast on one CPU core."""

@@ -60,10 +60,10 @@ class AllReduceCounter:
 
 def counting_allreduce(state: AllReduceCounter, bucket):
     """A DDP communication hook: count the all-reduce, then do DDP's default one."""
-    state.calls += 1
-    state.bytes += bucket.buffer().numel() * bucket.buffer().element_size()
-    state.buckets.add(bucket.index())
-    return default_hooks.allreduce_hook(None, bucket)
+    state.calls += 1  # one all-reduce of one bucket
+    state.bytes += bucket.buffer().numel() * bucket.buffer().element_size()  # floats x 4 bytes
+    state.buckets.add(bucket.index())  # which bucket it was
+    return default_hooks.allreduce_hook(None, bucket)  # DDP's own all-reduce (the average)
 
 
 def global_data(world: int, k: int, micro_batch: int, device: torch.device):
@@ -108,11 +108,25 @@ def audited_windows(ddp: DDP, batches, zero_grad_after_step: bool) -> list[str]:
     optimizer.zero_grad()
     with LoopAuditor(ddp, optimizer, accumulation_steps=len(batches)) as audit:
         for _ in range(2):
-            accumulate_window(ddp, batches, "no_sync")
+            accumulate_window(ddp, batches, "no_sync")  # the window shown above
             optimizer.step()
-            if zero_grad_after_step:
+            if zero_grad_after_step:  # the correct loop; without it, the mistake
                 optimizer.zero_grad()
-    return audit.codes
+    return audit.codes  # the codes of what the auditor found
+
+
+def step_like_one_process(ddp: DDP, reference: nn.Module, mine, inputs, labels):
+    """One window with ``no_sync()`` on this rank's micro-batches ``mine``, and ``reference``
+    (one process, the same starting weights) on the whole global batch; then the same SGD
+    step on both. Returns the largest gradient difference, and the weights after the step."""
+    ddp.zero_grad()
+    accumulate_window(ddp, mine, "no_sync")  # this rank's 4 micro-batches, averaged over ranks
+    reference.zero_grad()
+    nn.CrossEntropyLoss()(reference(inputs), labels).backward()  # all 256 samples at once
+    grad_diff = (flat_grads(ddp.module) - flat_grads(reference)).abs().max()
+    for net in (ddp.module, reference):
+        torch.optim.SGD(net.parameters(), lr=LR).step()  # the same SGD step on both
+    return grad_diff, flat_weights(ddp.module), flat_weights(reference)
 
 
 def flat_grads(model: nn.Module) -> torch.Tensor:
@@ -150,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=4, help="micro-batches per optimizer step")
     parser.add_argument("--micro-batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=15, help="timed windows per mode")
+    parser.add_argument("--bucket-cap-mb", type=float, default=BUCKET_CAP_MB, help="DDP's buckets")
     args = parser.parse_args(argv)
 
     backend = os.environ.get("GM_DDP_BACKEND", "gloo")
@@ -169,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     ddp = DDP(
         model,
         device_ids=[device.index] if backend == "nccl" else None,
-        bucket_cap_mb=BUCKET_CAP_MB,
+        bucket_cap_mb=args.bucket_cap_mb,
     )
     counter = AllReduceCounter()
     ddp.register_comm_hook(counter, counting_allreduce)
@@ -199,19 +214,13 @@ def main(argv: list[str] | None = None) -> None:
     ms_per_window = {mode: 1000 * statistics.median(times[mode]) for mode in modes}
 
     # One window with no_sync, then one step: compare with one process on the global batch.
-    ddp.zero_grad()
-    accumulate_window(ddp, mine, "no_sync")
-    nn.CrossEntropyLoss()(reference(inputs), labels).backward()
-    grad_diff = (flat_grads(model) - flat_grads(reference)).abs().max()
-    for net in (model, reference):
-        torch.optim.SGD(net.parameters(), lr=LR).step()
-    weights = flat_weights(model)
+    grad_diff, weights, single = step_like_one_process(ddp, reference, mine, inputs, labels)
     gathered = [torch.empty_like(weights) for _ in range(world)]
     dist.all_gather(gathered, weights)
     across_ranks = max((g - gathered[0]).abs().max().item() for g in gathered)
     grad_diffs = [torch.zeros((), device=device) for _ in range(world)]
     dist.all_gather(grad_diffs, grad_diff.reshape(()))
-    vs_single = (weights - flat_weights(reference)).abs().max().item()
+    vs_single = (weights - single).abs().max().item()
     audit_codes = {
         "correct": audited_windows(ddp, mine, zero_grad_after_step=True),
         "no zero_grad after step": audited_windows(ddp, mine, zero_grad_after_step=False),

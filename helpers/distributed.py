@@ -281,15 +281,18 @@ def run_training_stacks(
       ``"global_tokens"``; ``"naive_rel_error"`` (each micro-batch's own token mean, DDP
       averaging: relative error of the gradient vs one process on all the data);
       ``"scale_before_max_diff"`` (loss sum * world / all-reduced count, before backward);
-      ``"scale_after_max_diff"`` (backward of the sums, count all-reduced during the last
-      backward, ``p.grad *= world / count`` once); ``"scale_after_vs_before_max_diff"``;
-      ``"max_norm"``, ``"true_grad_norm"`` (one process), ``"norm_clipping_sees"`` (clipping
-      after the scaling) and ``"norm_before_scaling"`` (what clipping would see before it).
+      ``"scale_after_count"`` (the count, all-reduced after the window's backward passes);
+      ``"scale_after_clipped_max_diff"`` (backward of the sums, ``p.grad *= world / count``
+      once, clipped to ``"max_norm"``: vs one process clipped the same way); ``"max_norm"``,
+      ``"true_grad_norm"`` (one process), ``"norm_clipping_sees"`` (clipping after the
+      scaling) and ``"norm_before_scaling"`` (measured inside the window, before the scaling).
+    - ``"unequal_micro_batches"``: rank 0 ``k`` micro-batches, the others ``k - 1``,
+      ``no_sync()`` until each rank's own last micro-batch. ``"micro_batches_per_rank"``,
+      ``"grad_max_diff_vs_one_process_per_rank"`` (one value per rank).
     - ``"join"``: rank 0 ``k`` micro-batches, the others ``k - 1``, one SGD step.
       ``"micro_batches_per_rank"``, ``"last_joiner"``, and for each way (``"join,
       accumulating in .grad"``, ``"join, each micro-batch all-reduced on its own"``, ``"join,
-      each micro-batch all-reduced on its own, divide by ranks still running"``, ``"no_sync
-      until each rank's last micro-batch"``):
+      each micro-batch all-reduced on its own, divide by ranks still running"``):
       ``"grad_max_diff_vs_single_process_last_joiner"``,
       ``"grad_rel_error_vs_single_process_last_joiner"``,
       ``"weights_max_diff_vs_single_process"``.
@@ -299,7 +302,7 @@ def run_training_stacks(
       (vs one process on every sequence once) and
       ``"max_diff_vs_one_process_on_what_ranks_saw"``.
     - ``"fsdp2"``: two ``fully_shard`` blocks and a root without parameters.
-      ``"fsdp_groups_with_parameters"``, ``"parameters"``, and for ``"sync every
+      ``"parameters"``, and for ``"sync every
       micro-batch"`` and ``"sync on the last only"`` (``set_requires_gradient_sync``):
       ``"reduce_scatters_per_step"``, ``"collectives"`` (c10d op name -> count),
       ``"grad_max_diff_vs_single_process"`` (``p.grad.full_tensor()``),

@@ -2,8 +2,9 @@
 mirrored in a few lines each (no framework installed), to compare with the course's exact
 step, :func:`helpers.accumulation.accumulate_gradients`.
 
-The sources they mirror (quoted in notebook 06, from the versions ``constraints.txt`` pins;
-``tests/test_frameworks_real.py`` runs each library on the same inputs as its mirror):
+The sources they mirror (listed in notebook 07's Sources, from the versions
+``constraints.txt`` pins; ``tests/test_frameworks_real.py`` runs each library on the same
+inputs as its mirror):
 
 - Lightning 2.6.6, ``lightning/pytorch/loops/optimization/automatic.py``: ``closure_loss =
   closure_loss / normalize`` with ``trainer.accumulate_grad_batches`` passed as ``normalize``;
@@ -12,7 +13,9 @@ The sources they mirror (quoted in notebook 06, from the versions ``constraints.
 - Accelerate 1.15.0, ``accelerator.py``: ``backward`` does ``loss = loss /
   self.gradient_accumulation_steps``; ``_do_sync`` syncs (and ``AcceleratedOptimizer`` steps
   and zeroes) when ``step % num_steps == 0`` or at ``end_of_dataloader`` (known only for a
-  dataloader that went through ``prepare``).
+  dataloader that went through ``prepare``: with any other, an epoch's short tail stays in
+  ``.grad`` and joins the next epoch's first window, and the run's final tail is never
+  stepped).
 - Transformers 5.24.0, ``trainer.py``: when the model's ``forward`` takes ``**kwargs``
   (``model_accepts_loss_kwargs``) or a ``compute_loss_func`` is set, ``_get_num_items_in_batch``
   counts ``num_items_in_batch = sum(labels.ne(-100).sum() for labels in labels_for_count)``

@@ -1,18 +1,28 @@
-"""Running a training loop under the loop auditor, and measuring what a pitfall costs."""
+"""Running a training loop (plainly, or under the loop auditor), measuring what a pitfall
+costs, and the buggy loops of notebook 05, which notebook 06 runs again under the auditor.
+
+Notebook 05 defines each loop below in a cell of its own (tests/test_pitfalls.py checks that
+its cells and these functions are the same code); notebook 06 prints them with
+``show_source`` and audits them."""
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from helpers.audit import LoopAuditor
+from helpers.accumulation import windows
 from helpers.data import Batch, _positive_int, check_batches
 from helpers.models import make_mlp
 from helpers.training import trainable_parameters
+
+if TYPE_CHECKING:  # the auditor is imported only where a run uses it: notebook 05 needs none
+    from helpers.audit import LoopAuditor
 
 
 def make_teacher_batches(
@@ -34,19 +44,14 @@ def make_teacher_batches(
 
 
 @dataclass
-class AuditedRun:
-    """One loop run under a :class:`LoopAuditor`: the trained ``model``, its ``optimizer``,
-    the ``auditor``, what the loop returned (``result``) and the weights it started from."""
+class LoopRun:
+    """One loop run by :func:`run_loop`: the trained ``model``, its ``optimizer``, what the
+    loop returned (``result``) and the weights it started from (``start``)."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    auditor: LoopAuditor
     result: object
     start: list[torch.Tensor]
-
-    @property
-    def codes(self) -> list[str]:
-        return self.auditor.codes
 
     def weight_change(self) -> float:
         """The largest absolute change of any weight since the start."""
@@ -56,23 +61,19 @@ class AuditedRun:
         )
 
 
-def audited_run(
-    loop: Callable,
-    batches: Sequence[Batch],
-    *,
-    accumulation_steps: int | None = None,
-    model: nn.Module | None = None,
-    make_optimizer: Callable[[list], torch.optim.Optimizer] | None = None,
-    make_scheduler: Callable[[torch.optim.Optimizer], object] | None = None,
-    scaler: torch.amp.GradScaler | None = None,
-    allow=(),
-) -> AuditedRun:
-    """Run ``loop(model, optimizer, batches, **extras)`` under a :class:`LoopAuditor`.
+@dataclass
+class AuditedRun(LoopRun):
+    """One loop run by :func:`audited_run`: a :class:`LoopRun` and its ``auditor``."""
 
-    Defaults: a fresh seeded ``make_mlp((features, 16, 1))`` and ``SGD(lr=0.01,
-    momentum=0.9)`` over all its parameters. ``extras`` holds ``scheduler`` and ``scaler``
-    when given, so the loop can use them; ``allow`` goes to the auditor (codes the loop
-    does on purpose)."""
+    auditor: LoopAuditor | None = None
+
+    @property
+    def codes(self) -> list[str]:
+        return self.auditor.codes
+
+
+def _prepare(loop, batches, model, make_optimizer, make_scheduler, scaler):
+    """The fresh model, optimizer and extras (scheduler, scaler) a run starts from."""
     if not callable(loop):
         raise TypeError("loop must be a function loop(model, optimizer, batches, ...)")
     batches = check_batches(
@@ -92,14 +93,56 @@ def audited_run(
     if scaler is not None:
         extras["scaler"] = scaler
     start = [p.detach().clone() for p in model.parameters()]
+    return batches, model, optimizer, extras, start
+
+
+def run_loop(
+    loop: Callable,
+    batches: Sequence[Batch],
+    *,
+    model: nn.Module | None = None,
+    make_optimizer: Callable[[list], torch.optim.Optimizer] | None = None,
+    make_scheduler: Callable[[torch.optim.Optimizer], object] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+) -> LoopRun:
+    """Run ``loop(model, optimizer, batches, **extras)`` once, on a fresh model.
+
+    Defaults: a fresh seeded ``make_mlp((features, 16, 1))`` and ``SGD(lr=0.01,
+    momentum=0.9)`` over all its parameters. ``extras`` holds ``scheduler`` and ``scaler``
+    when given, so the loop can use them."""
+    batches, model, optimizer, extras, start = _prepare(
+        loop, batches, model, make_optimizer, make_scheduler, scaler
+    )
+    result = loop(model, optimizer, batches, **extras)
+    return LoopRun(model, optimizer, result, start)
+
+
+def audited_run(
+    loop: Callable,
+    batches: Sequence[Batch],
+    *,
+    accumulation_steps: int | None = None,
+    model: nn.Module | None = None,
+    make_optimizer: Callable[[list], torch.optim.Optimizer] | None = None,
+    make_scheduler: Callable[[torch.optim.Optimizer], object] | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    allow=(),
+) -> AuditedRun:
+    """:func:`run_loop` under a :class:`LoopAuditor`: ``accumulation_steps`` and ``allow``
+    (codes the loop does on purpose) go to the auditor."""
+    batches, model, optimizer, extras, start = _prepare(
+        loop, batches, model, make_optimizer, make_scheduler, scaler
+    )
     auditor, result = run_under_auditor(
         loop, model, optimizer, batches, extras, accumulation_steps, allow
     )
-    return AuditedRun(model, optimizer, auditor, result, start)
+    return AuditedRun(model, optimizer, result, start, auditor)
 
 
 def run_under_auditor(loop, model, optimizer, batches, extras, accumulation_steps, allow):
     """The core of :func:`audited_run`: the loop runs, unchanged, inside a LoopAuditor."""
+    from helpers.audit import LoopAuditor  # here, not at import: notebook 05 needs no auditor
+
     with LoopAuditor(model, optimizer, accumulation_steps, allow=allow, **extras) as auditor:
         result = loop(model, optimizer, batches, **extras)
     return auditor, result
@@ -166,3 +209,164 @@ class SavedTensorMeter:
 
     def __exit__(self, *exc) -> None:
         self._hooks.__exit__(*exc)
+
+
+# ---------------------------------------------------------------- notebook 05's loops
+# Each is a cell of notebook 05, character for character (tests/test_pitfalls.py).
+
+
+def train(model, optimizer, batches, epochs=3):
+    losses = []
+    for _ in range(epochs):
+        for inputs, targets in batches:
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+def train_without_zero_grad(model, optimizer, batches, epochs=3):
+    losses = []
+    for _ in range(epochs):
+        for inputs, targets in batches:
+            loss = F.mse_loss(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return losses
+
+
+def zero_between(model, optimizer, batches, set_to_none=True):
+    for inputs, targets in batches:
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.zero_grad(set_to_none=set_to_none)
+        optimizer.step()
+
+
+def forgot_backward(model, optimizer, batches):
+    losses = []
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        losses.append(F.mse_loss(model(inputs), targets).item())  # the bug: no backward()
+        optimizer.step()
+    return losses
+
+
+def accumulate_without_dividing(model, optimizer, batches, k=4):
+    for start in range(0, len(batches), k):
+        optimizer.zero_grad()
+        for inputs, targets in batches[start : start + k]:
+            F.mse_loss(model(inputs), targets).backward()  # not divided by k
+        optimizer.step()
+
+
+def accumulate_dropping_tail(model, optimizer, batches, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        (F.mse_loss(model(inputs), targets) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def accumulate_every_window(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        optimizer.step()
+
+
+def clipped_window(model, optimizer, batches, per_micro_batch, k=4, max_norm=0.5):
+    optimizer.zero_grad()
+    for inputs, targets in batches[:k]:
+        (F.mse_loss(model(inputs), targets) / k).backward()
+        if per_micro_batch:
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    if not per_micro_batch:
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    used = torch.cat([p.grad.flatten() for p in model.parameters()])
+    optimizer.step()
+    return used
+
+
+def train_summing_loss_tensors(model, optimizer, batches):
+    total = 0.0
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        total += loss  # the bug: loss.item() is what was meant
+    return total
+
+
+def new_head_then_train(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)  # after the optimizer was built
+    start = model[-1].weight.detach().clone()
+    train(model, optimizer, batches, epochs=1)
+    return (model[-1].weight.detach() - start).abs().max().item()
+
+
+def accumulate_with_scheduler(model, optimizer, batches, scheduler, per_micro_batch, k=4):
+    used = []
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+            if per_micro_batch:
+                scheduler.step()
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        if not per_micro_batch:
+            scheduler.step()
+    return used
+
+
+def amp_window(model, optimizer, batches, scaler, unscale_first, k=4):
+    optimizer.zero_grad()
+    for inputs, targets in batches[:k]:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.mse_loss(model(inputs).float(), targets) / k
+        scaler.scale(loss).backward()
+    if unscale_first:
+        scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    if not unscale_first:
+        scaler.unscale_(optimizer)
+    used = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    scaler.step(optimizer)
+    scaler.update()
+    return used
+
+
+# ---------------------------------------------------------------- notebook 06's prediction
+# Exercise 06.1 shows this loop in its cell, character for character (tests/test_pitfalls.py),
+# and its checker runs it under the auditor: the answer is what the auditor reports.
+
+
+def accumulate_clipping(model, optimizer, batches, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        F.mse_loss(model(inputs), targets).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+# The loops notebook 05 defines in its cells (tests/test_pitfalls.py compares them).
+NOTEBOOK_05_LOOPS = (
+    train,
+    train_without_zero_grad,
+    zero_between,
+    forgot_backward,
+    accumulate_dropping_tail,
+    clipped_window,
+    train_summing_loss_tensors,
+    new_head_then_train,
+    accumulate_with_scheduler,
+    amp_window,
+)

@@ -81,6 +81,9 @@ def held_grad_bytes(model: nn.Module) -> int:
 
 
 def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
+    """One rank's window of ``k`` micro-batches on a model of two ``fully_shard`` groups,
+    with the gradient sync on for every micro-batch, then on for the last only; counts the
+    reduce-scatters and the gradient bytes held between micro-batches."""
     from torch.distributed.fsdp import fully_shard
 
     generator = torch.Generator().manual_seed(3)
@@ -94,17 +97,17 @@ def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
         (inputs[s : s + micro_batch], labels[s : s + micro_batch])
         for s in ((j * world + rank) * micro_batch for j in range(k))
     ]
-    results = {"fsdp_groups_with_parameters": 2, "parameters": parameters}
+    results = {"parameters": parameters}
     for mode in ("sync every micro-batch", "sync on the last only"):
         model = TwoBlocks()
-        fully_shard(model.block1)
+        fully_shard(model.block1)  # a group: its parameters sharded over the ranks
         fully_shard(model.block2)
-        fully_shard(model)
+        fully_shard(model)  # the root: no parameters of its own
         counter = CollectiveCount()
         held = []
         with counter:
             for j, (x, y) in enumerate(mine):
-                if mode == "sync on the last only":
+                if mode == "sync on the last only":  # FSDP2's no_sync()
                     model.set_requires_gradient_sync(j == k - 1)
                 (nn.functional.mse_loss(model(x), y) / k).backward()
                 if j < k - 1:
@@ -123,12 +126,15 @@ def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
 
 
 def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length: int) -> dict:
+    """One rank's DDP model with ``gradient_as_bucket_view=True``: where its ``.grad`` lives,
+    what ``detach_()`` and both kinds of ``zero_grad`` do to it, and two accumulation windows
+    with ``no_sync()`` compared with one process."""
     everything, windows = token_windows(world, k, micro_batch, max_length, seed=4)
     mine = windows[rank]
     model = TokenModel(vocab=VOCAB, seed=0)
     buckets: list[tuple[int, int]] = []
 
-    def recording_allreduce(_, bucket):
+    def recording_allreduce(_, bucket):  # a communication hook: DDP's all-reduce, recorded
         buffer = bucket.buffer()
         start = buffer.data_ptr()
         buckets.append((start, start + buffer.numel() * buffer.element_size()))
@@ -150,7 +156,7 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
         any(lo <= p.grad.data_ptr() < hi for lo, hi in buckets) for p in model.parameters()
     )
     try:
-        grad.detach_()
+        grad.detach_()  # what zero_grad(set_to_none=False) does to a grad with a grad_fn
         detach_error = ""
     except RuntimeError as error:
         detach_error = str(error).splitlines()[0]

@@ -1,7 +1,7 @@
 """Spies on a training loop's calls, for checkers that name a mistake by what the loop
 called: :class:`ScalerSpy` on a GradScaler and the optimizer it steps, :class:`ClipSpy` on
-``clip_grad_norm_``. Notebook 05's repair checkers and notebook 06's capstone and AMP
-checkers use them."""
+``clip_grad_norm_``. Notebook 06's repair checkers, notebook 07's AMP checker and notebook
+09's capstone checker use them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Notebook 07's single-process parts: the "scale after accumulating" window (with the ranks
+"""Notebook 08's single-process parts: the "scale after accumulating" window (with the ranks
 of a DDP run simulated one after another in this process) and the course's "scale before"
 window to compare it with, and optimizer-in-backward tried with accumulation.
 
@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel
-from helpers.models import flat_weights as flat_weights  # notebook 07 calls stacks.flat_weights
+from helpers.models import flat_weights as flat_weights  # notebook 08 calls stacks.flat_weights
 
 PAD = -100
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -88,7 +88,8 @@ def scale_after_accumulating(model: nn.Module, rank_windows) -> torch.Tensor:
 
 def scale_before_accumulating(model: nn.Module, rank_windows) -> torch.Tensor:
     """The same window scaled before: the window's count over all ranks first, then every
-    micro-batch's token-loss sum times world / count is backwarded (notebook 06's capstone)."""
+    micro-batch's token-loss sum times world / count is backwarded (as notebook 09's capstone
+    does)."""
     windows = [list(window) for window in _check_rank_windows(rank_windows)]  # read it all
     world, params = len(windows), list(model.parameters())
     tokens = sum(token_count(targets) for window in windows for _, targets in window)
@@ -166,25 +167,23 @@ def step_in_backward(model: nn.Module, lr: float) -> list[int]:
 
 
 def accumulate_in_backward(model: nn.Module, window: Sequence[Batch], lr: float) -> dict:
-    """Try to accumulate ``window`` with the optimizer stepping in backward: each micro-batch's
-    mean token loss divided by the window's size, as in an ordinary accumulation loop.
-    Returns the steps taken, the gradients left after the window, and the norm clipping
-    would see."""
-    steps = step_in_backward(model, lr)
+    """Try to accumulate ``window`` with the optimizer stepping in backward. Returns the
+    steps taken and the gradient norm that clipping sees after the window."""
+    steps = step_in_backward(model, lr)  # the hook above
     for inputs, targets in window:
         loss = F.cross_entropy(model(inputs), targets, ignore_index=PAD) / len(window)
-        loss.backward()
-    grads = [p.grad for p in model.parameters()]
-    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-    return {"steps": len(steps), "grads": grads, "clip_norm": float(norm)}
+        loss.backward()  # steps every parameter, then frees its gradient
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # .grad is all None
+    return {"steps": len(steps), "clip_norm": float(norm)}
 
 
 def accumulate_then_step(model: nn.Module, window: Sequence[Batch], lr: float) -> int:
-    """The ordinary window: the same losses, one step after the last backward. Returns the
-    steps taken (1)."""
+    """The ordinary window: the same losses, one step after the last backward."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    steps: list[int] = []
+    optimizer.register_step_post_hook(lambda *_: steps.append(1))  # counts every step()
     optimizer.zero_grad()
     for inputs, targets in window:
         (F.cross_entropy(model(inputs), targets, ignore_index=PAD) / len(window)).backward()
     optimizer.step()
-    return 1
+    return len(steps)

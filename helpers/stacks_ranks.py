@@ -10,9 +10,10 @@ rank 0 writes the results as JSON to ``--out``, ``{program: results}``, after ea
 programs named (run in turn in the same processes: one start-up for all). The programs:
 
 - ``stacks``: token-level loss with unequal token counts per rank (the naive mean, scaling
-  each micro-batch's loss by an all-reduced count before the backward, torchtitan's way, and
-  backward of the sums with one gradient scaling after the window, torchtune's way); ranks
-  with unequal numbers of micro-batches made exact by ``Join`` and made equal by
+  each micro-batch's loss by an all-reduced count before the backward, and backward of the
+  sums with one gradient scaling after the window); ranks
+  with unequal numbers of micro-batches made exact by ``no_sync()`` until each rank's own
+  last micro-batch, by ``Join``, and made equal by
   ``DistributedSampler``; FSDP2's reduce-scatters per step with and without
   ``set_requires_gradient_sync(False)``; DDP's ``gradient_as_bucket_view=True``.
 - ``uneven``: rank 0 runs more synchronized micro-batches than rank 1; the rank left waiting
@@ -49,7 +50,7 @@ from helpers.token_ranks import (
     token_loss_case,
     token_windows,
 )
-from helpers.uneven_ranks import join_case, sampler_case, uneven
+from helpers.uneven_ranks import join_case, sampler_case, unequal_no_sync_case, uneven
 
 # ---------------------------------------------------------------- the programs
 
@@ -59,6 +60,9 @@ def stacks(args, rank: int, world: int) -> dict:
     results = {"world_size": world, "k": args.k, "torch": torch.__version__}
     results["token_loss"] = token_loss_case(rank, world, args.k, args.micro_batch, 12)
     counts = [args.k] + [args.k - 1] * (world - 1)
+    results["unequal_micro_batches"] = unequal_no_sync_case(
+        rank, world, counts, args.micro_batch, 12
+    )
     results["join"] = join_case(rank, world, counts, args.micro_batch, 12)
     n_sequences = world * args.k * args.micro_batch + 1  # not a multiple of the world size
     results["distributed_sampler"] = sampler_case(rank, world, n_sequences, args.micro_batch, 12)
@@ -71,11 +75,11 @@ def stacks(args, rank: int, world: int) -> dict:
 VERDICTS = ("crash", "wrong gradients", "fixed")
 
 
-def _static_graph_windows(args, rank: int, world: int, synced_first: bool) -> dict:
+def static_graph_windows(args, rank: int, world: int, synced_first: bool) -> dict:
     """DDP(static_graph=True), ``args.iterations`` windows of ``args.k`` micro-batches with
     ``no_sync()`` on all but the last (with ``synced_first``, the first window syncs every
-    micro-batch); compared, iteration by iteration, with one process on all the data (same
-    SGD steps). The verdict is agreed by all ranks."""
+    micro-batch); compared, window by window, with one process on all the data (same SGD
+    steps). A crash inside a rank is caught; the verdict is agreed by all ranks."""
     everything, windows = token_windows(world, args.k, args.micro_batch, 12, seed=5)
     mine = windows[rank]
     reference_model = TokenModel(vocab=VOCAB, seed=0)
@@ -88,11 +92,11 @@ def _static_graph_windows(args, rank: int, world: int, synced_first: bool) -> di
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.5)
         count = sum(int(token_count(y)) for _, y in everything)
         for iteration in range(args.iterations):
-            for j, (x, y) in enumerate(mine):
+            for j, (x, y) in enumerate(mine):  # the accumulation window
                 sync = synced_first and iteration == 0
                 with contextlib.nullcontext() if sync else sync_unless_last(ddp, j, args.k):
                     (token_loss_sum(ddp, x, y) * world / count).backward()
-            reference_opt.zero_grad()
+            reference_opt.zero_grad()  # one process on every rank's micro-batches
             for x, y in everything:
                 (token_loss_sum(reference_model, x, y) / count).backward()
             worst = max(worst, max_difference(grads_of(model), grads_of(reference_model)))
@@ -100,7 +104,7 @@ def _static_graph_windows(args, rank: int, world: int, synced_first: bool) -> di
             reference_opt.step()
             optimizer.zero_grad()
             iterations_done += 1
-    except RuntimeError as caught:
+    except RuntimeError as caught:  # the reducer's internal assert
         error = str(caught).strip().splitlines()[0]
     gathered = [None] * world
     dist.all_gather_object(gathered, {"error": error, "worst": worst})
@@ -123,9 +127,9 @@ def _static_graph_windows(args, rank: int, world: int, synced_first: bool) -> di
 def static_graph(args, rank: int, world: int) -> dict:
     """DDP(static_graph=True) with ``no_sync()`` from the first backward on (an accumulation
     loop's first window), and again after a first window that syncs every micro-batch
-    (``"after a synced first window"``, the workaround pytorch/pytorch issue 143580 names)."""
-    results = _static_graph_windows(args, rank, world, synced_first=False)
-    warmed = _static_graph_windows(args, rank, world, synced_first=True)
+    (``"after a synced first window"``, the workaround a pytorch issue names)."""
+    results = static_graph_windows(args, rank, world, synced_first=False)
+    warmed = static_graph_windows(args, rank, world, synced_first=True)
     return {
         "torch": torch.__version__,
         **results,

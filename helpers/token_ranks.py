@@ -1,4 +1,4 @@
-"""The pieces every rank program of notebook 07 shares (``helpers.stacks_ranks``): the token
+"""The pieces every rank program of notebook 08 shares (``helpers.stacks_ranks``): the token
 data and model, gradients compared across ranks, and section 1's token-loss windows on DDP
 (each micro-batch's own mean, scaling before the backward, and scaling after the window)
 with the case that compares them with one process."""
@@ -66,8 +66,9 @@ def sync_unless_last(ddp: DDP, j: int, k: int):
 
 
 def naive_window(ddp: DDP, window) -> None:
-    """Each micro-batch's own token mean, divided by the window's length; DDP averages the
-    ranks: wrong when the ranks (or micro-batches) count different numbers of tokens."""
+    """One rank's window with each micro-batch's own token mean, divided by the window's
+    length; DDP averages the ranks: wrong when the ranks (or micro-batches) count different
+    numbers of tokens."""
     for j, (x, y) in enumerate(window):
         with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
             loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=PAD)
@@ -75,37 +76,37 @@ def naive_window(ddp: DDP, window) -> None:
 
 
 def scale_before_window(ddp: DDP, window) -> int:
-    """Scaling before the backward, as torchtitan does since its PR 2206: all-reduce the
-    window's token count first; each micro-batch's loss is its token-loss sum times
-    ``world / global count`` (the world size cancels DDP's averaging; torchtitan divides by
-    the count alone and turns FSDP's averaging off instead)."""
-    count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
-    dist.all_reduce(count)
+    """One rank's window, each loss scaled before its backward: all-reduce the window's
+    token count first, then backward each micro-batch's token-loss sum times
+    ``world / count``. ``no_sync()`` lasts until this rank's own last micro-batch, so every
+    rank all-reduces its gradients once, whatever its number of micro-batches."""
+    count = torch.tensor([sum(int(token_count(y)) for _, y in window)])  # this rank's tokens
+    dist.all_reduce(count)  # now the window's tokens over all ranks
     for j, (x, y) in enumerate(window):
         with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
             loss = token_loss_sum(ddp, x, y)
+            # DDP divides the ranks' summed gradients by the world size: multiply it back
             (loss * dist.get_world_size() / count.item()).backward()
     return count.item()
 
 
-def scale_after_window(ddp: DDP, window) -> int:
-    """torchtune's way (its PRs 1917 and 2172): backward of each micro-batch's token-loss sum (no
-    count needed before the first backward), the count all-reduced once while the last
-    backward runs, then the gradients scaled once by ``world / global count``, ready for
-    clipping."""
+def scale_after_window(ddp: DDP, window, max_norm: float) -> dict:
+    """One rank's window, scaled after accumulating, then clipped: backward each micro-batch's
+    token-loss sum (no count is needed before the first backward), all-reduce the count,
+    multiply the gradients once by ``world / count``, clip. Returns the count and the
+    gradient norm before the scaling and after it (the norm clipping sees)."""
     count = torch.zeros(1, dtype=torch.int64)
     for j, (x, y) in enumerate(window):
-        last = j == len(window) - 1
-        with contextlib.nullcontext() if last else ddp.no_sync():
-            loss = token_loss_sum(ddp, x, y)
+        with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
+            token_loss_sum(ddp, x, y).backward()  # the last one all-reduces (DDP averages)
             count += token_count(y)
-            if last:
-                pending = dist.all_reduce(count, async_op=True)
-            loss.backward()
-    pending.wait()
-    for p in ddp.parameters():
-        p.grad *= dist.get_world_size() / count.item()
-    return count.item()
+    dist.all_reduce(count)  # now the window's tokens over all ranks
+    grads = [p.grad for p in ddp.parameters()]
+    norm_before = nn.utils.get_total_norm(grads).item()  # measured, to print
+    for g in grads:
+        g *= dist.get_world_size() / count.item()  # once, after the window
+    seen = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm).item()  # after the scaling
+    return {"count": count.item(), "norm_before_scaling": norm_before, "norm_clipping_sees": seen}
 
 
 def token_loss_case(rank: int, world: int, k: int, micro_batch: int, max_length: int) -> dict:
@@ -119,23 +120,23 @@ def token_loss_case(rank: int, world: int, k: int, micro_batch: int, max_length:
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
     global_count = scale_before_window(ddp, mine)
     before = grads_of(ddp.module)
-    ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
-    scale_after_window(ddp, mine)
-    after = grads_of(ddp.module)
-    sum_norm = torch.nn.utils.get_total_norm(after).item() * global_count / world
-    seen_norm = torch.nn.utils.clip_grad_norm_(ddp.parameters(), MAX_NORM).item()
     true_norm = torch.nn.utils.get_total_norm(reference).item()
+    clipped_reference = [g * min(1.0, MAX_NORM / (true_norm + 1e-6)) for g in reference]
+    ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
+    after = scale_after_window(ddp, mine, MAX_NORM)
     return {
         "tokens_per_rank": counts,
         "global_tokens": global_count,
         "naive_rel_error": worst_over_ranks(relative_error(naive, reference)),
         "scale_before_max_diff": worst_over_ranks(max_difference(before, reference)),
-        "scale_after_max_diff": worst_over_ranks(max_difference(after, reference)),
-        "scale_after_vs_before_max_diff": worst_over_ranks(max_difference(after, before)),
+        "scale_after_count": after["count"],
+        "scale_after_clipped_max_diff": worst_over_ranks(
+            max_difference(grads_of(ddp.module), clipped_reference)
+        ),
         "max_norm": MAX_NORM,
         "true_grad_norm": true_norm,
-        "norm_clipping_sees": seen_norm,
-        "norm_before_scaling": sum_norm,
+        "norm_clipping_sees": after["norm_clipping_sees"],
+        "norm_before_scaling": after["norm_before_scaling"],
     }
 
 

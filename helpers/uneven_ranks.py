@@ -9,6 +9,7 @@ import datetime
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -21,7 +22,7 @@ from helpers.stacks import max_difference, token_count, token_loss_sum
 from helpers.token_ranks import (
     VOCAB,
     grads_of,
-    scale_after_window,
+    scale_before_window,
     single_process_grads,
     worst_over_ranks,
 )
@@ -54,15 +55,15 @@ def join_window(ddp: DDP, window, optimizer, divide_by_initial_world_size: bool 
     from torch.distributed.algorithms import Join
 
     count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
-    dist.all_reduce(count)
+    dist.all_reduce(count)  # before Join: it shadows only DDP's all-reduces
     accumulated = [torch.zeros_like(p) for p in ddp.parameters()]
     with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
         for x, y in window:
             loss = token_loss_sum(ddp, x, y)
             loss.backward()  # all-reduces this micro-batch's gradient
             for p, total in zip(ddp.parameters(), accumulated, strict=True):
-                total += p.grad
-                p.grad = None
+                total += p.grad  # kept out of .grad, so the next all-reduce carries
+                p.grad = None  # only the next micro-batch
         for p, total in zip(ddp.parameters(), accumulated, strict=True):
             p.grad = total * dist.get_world_size() / count.item()
         optimizer.step()
@@ -77,15 +78,15 @@ def join_accumulating_in_grad(ddp: DDP, window, optimizer) -> None:
     dist.all_reduce(count)
     with Join([ddp]):
         for x, y in window:
-            token_loss_sum(ddp, x, y).backward()
+            token_loss_sum(ddp, x, y).backward()  # all-reduces the whole .grad so far
         for p in ddp.parameters():
             p.grad *= dist.get_world_size() / count.item()
         optimizer.step()
 
 
 def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_length: int):
-    """Unequal numbers of micro-batches per rank, one SGD step, compared with one process on
-    all the data (the token mean over every counted token), three ways:
+    """Unequal numbers of micro-batches per rank inside ``Join``, one SGD step, compared
+    with one process on all the data (the token mean over every counted token), three ways:
 
     - ``"join, accumulating in .grad"``: every micro-batch synchronized inside ``Join``. DDP
       all-reduces the accumulated ``.grad``; the rank that ran out shadows the extra
@@ -97,8 +98,6 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
       ``world / global count`` gives the single-process gradient on the last rank to join
       (which every rank's weights copy when all have joined). Dividing by the ranks still
       running weighs the extra micro-batch twice.
-    - ``"no_sync until each rank's last micro-batch"``: one all-reduce per rank, whatever its
-      number of micro-batches: exact without ``Join`` (the model has no buffers to sync).
 
     The global count is all-reduced before the loop, outside ``Join`` (a collective inside it
     would not be shadowed)."""
@@ -113,18 +112,14 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
         ("join, accumulating in .grad", True),
         ("join, each micro-batch all-reduced on its own", True),
         ("join, each micro-batch all-reduced on its own, divide by ranks still running", False),
-        ("no_sync until each rank's last micro-batch", True),
     )
     for way, divide in ways:
         ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
         optimizer = torch.optim.SGD(ddp.parameters(), lr=1.0)
         if way == "join, accumulating in .grad":
             join_accumulating_in_grad(ddp, windows[rank], optimizer)
-        elif way.startswith("join"):
-            join_window(ddp, windows[rank], optimizer, divide_by_initial_world_size=divide)
         else:
-            scale_after_window(ddp, windows[rank])
-            optimizer.step()
+            join_window(ddp, windows[rank], optimizer, divide_by_initial_world_size=divide)
         grads = grads_of(ddp.module)  # the step leaves .grad as it was
         weights = flat_weights(ddp.module)
         results[way] = {
@@ -139,6 +134,23 @@ def join_case(rank: int, world: int, counts: list[int], micro_batch: int, max_le
             ),
         }
     return results
+
+
+def unequal_no_sync_case(rank: int, world: int, counts: list[int], micro_batch: int, max_length):
+    """Unequal numbers of micro-batches per rank, without ``Join``: section 1's
+    :func:`scale_before_window`, whose ``no_sync()`` lasts until each rank's own last
+    micro-batch, so every rank all-reduces its gradients once. Returns each rank's largest
+    gradient difference from one process on all the micro-batches."""
+    everything, windows = uneven_windows(counts, micro_batch, max_length)
+    reference = single_process_grads(everything)
+    ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
+    scale_before_window(ddp, windows[rank])
+    gathered = [None] * world
+    dist.all_gather_object(gathered, max_difference(grads_of(ddp.module), reference))
+    return {
+        "micro_batches_per_rank": list(counts),
+        "grad_max_diff_vs_one_process_per_rank": gathered,
+    }
 
 
 def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_length: int):
@@ -156,19 +168,20 @@ def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_
         sampler = DistributedSampler(
             dataset, num_replicas=world, rank=rank, shuffle=False, drop_last=drop_last
         )
-        indices = list(sampler)
+        indices = list(sampler)  # this rank's share: equal lengths on every rank
         loader = DataLoader(dataset, batch_size=micro_batch, sampler=sampler)
         ddp = DDP(TokenModel(vocab=VOCAB, seed=0))
         local = torch.zeros(1, dtype=torch.int64)
         micro_batches = 0
-        for x, y in loader:
+        for x, y in loader:  # the window: every backward synchronized
             loss = token_loss_sum(ddp, x, y)
             local += token_count(y)
             loss.backward()
             micro_batches += 1
-        dist.all_reduce(local)
+        dist.all_reduce(local)  # then scaled after, as in section 3
         for p in ddp.parameters():
             p.grad *= world / int(local)
+        # what each rank saw, to compare with one process on the same sequences
         gathered = [None] * world
         dist.all_gather_object(gathered, {"indices": indices, "micro_batches": micro_batches})
         seen = [i for g in gathered for i in g["indices"]]
@@ -190,26 +203,33 @@ def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_
     return results
 
 
-# ---------------------------------------------------------------- 3. FSDP2
+# ---------------------------------------------------------------- the stop
 
 UNEVEN_MESSAGE = (
     "RuntimeError: rank {rank} waited {seconds:g} s in {where}, which no other rank joined. "
     "The ranks ran unequal numbers of micro-batches ({counts}); with DDP synchronizing every "
     "backward that is unequal numbers of gradient all-reduces, so one rank waits in a "
-    "collective for ever (here a {seconds:g} s process-group timeout stopped the run). Fixes: "
-    "give every rank the same number of micro-batches (DistributedSampler), synchronize "
-    "once per window (no_sync() on all but each rank's last micro-batch), or run the loop "
-    "inside `with Join([ddp]):` with each micro-batch's gradient all-reduced on its own (moved "
-    "out of .grad after its backward)."
+    "collective for ever (here a {seconds:g} s process-group timeout stopped the run). Fix: "
+    "synchronize once per window (no_sync() on all but each rank's own last micro-batch), or "
+    "give every rank the same number of micro-batches."
 )
 
 
+def sync_every_micro_batch(ddp: DDP, window, group) -> None:
+    """One rank's epoch with every backward synchronized (no ``no_sync()``): one gradient
+    all-reduce per micro-batch, then a barrier that every rank must reach (before saving a
+    checkpoint, say). Ranks with unequal numbers of micro-batches never meet again."""
+    for x, y in window:
+        token_loss_sum(ddp, x, y).backward()  # DDP all-reduces the gradient here
+    dist.barrier(group=group)  # the end of the epoch: every rank meets here
+
+
 def uneven(args, rank: int, world: int) -> dict:
-    """Rank ``r`` runs ``counts[r]`` synchronized micro-batches, then waits at a barrier
-    (say, before saving a checkpoint). One rank is left in a collective nobody joins; the
-    DDP model's process group has a ``--collective-timeout`` of a few seconds, so the wait
-    ends in an error, which the rank turns into a message in plain words (printed as the
-    exception line the launcher quotes, without the traceback, and exit code 1)."""
+    """Rank ``r`` runs :func:`sync_every_micro_batch` on ``counts[r]`` micro-batches. One
+    rank is left in a collective nobody joins; the DDP model's process group has a
+    ``--collective-timeout`` of a few seconds, so the wait ends in an error, which the rank
+    turns into a message in plain words (printed as the exception line the launcher quotes,
+    without the traceback, and exit code 1)."""
     counts = [int(c) for c in args.micro_batches.split(",")]
     if len(counts) != world:
         raise ValueError(f"--micro-batches gives {len(counts)} counts for {world} ranks")
@@ -222,16 +242,18 @@ def uneven(args, rank: int, world: int) -> dict:
         with open(f"{os.path.dirname(args.out)}/uneven.started", "w", encoding="utf-8") as file:
             file.write(repr(time.time()))
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0), process_group=short)
-    where = "the barrier after the loop"
+    forwards: list[int] = []  # which micro-batch the rank is in, for its message
+    ddp.module.register_forward_pre_hook(lambda *_: forwards.append(1))
     try:
-        for j, (x, y) in enumerate(windows[rank]):
-            where = f"the gradient all-reduce of its micro-batch {j + 1} of {counts[rank]}"
-            token_loss_sum(ddp, x, y).backward()
-        where = f"the barrier after its {counts[rank]} micro-batches"
-        dist.barrier(group=short)  # the end of the epoch: every rank meets here
+        sync_every_micro_batch(ddp, windows[rank], short)
     except RuntimeError as error:
         if "Timed out" not in str(error) and "Connection closed" not in str(error):
             raise
+        frames = [frame.name for frame in traceback.extract_tb(error.__traceback__)]
+        if "barrier" in frames:
+            where = f"the barrier after its {counts[rank]} micro-batches"
+        else:
+            where = f"the gradient all-reduce of its micro-batch {len(forwards)} of {counts[rank]}"
         shown = ", ".join(f"rank {r}: {c}" for r, c in enumerate(counts))
         message = UNEVEN_MESSAGE.format(
             rank=rank, seconds=args.collective_timeout, where=where, counts=shown

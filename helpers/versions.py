@@ -24,9 +24,9 @@ PYTHON_MINIMUM = (3, 11)
 
 # The oldest torch release each notebook runs on, every check included (measured: README,
 # "Tested on"). Why a notebook needs more than the floor:
-#   06: DDP on torch 2.3 puts the whole small model in one bucket, where the notebook counts
-#       the all-reduces of two
-#   07: fully_shard (FSDP2) does not import on 2.3, fails on the CPU on 2.6 ('Stream' object
+#   07: DDP on torch 2.3 puts the whole small model in one bucket, where the notebook counts
+#       the all-reduces of two (the capstone, 09, was part of that notebook when measured)
+#   08: fully_shard (FSDP2) does not import on 2.3, fails on the CPU on 2.6 ('Stream' object
 #       has no attribute 'record_event') and gives a wrong gradient on 2.8.0 (reported on 2.7.1)
 TORCH_MINIMUMS = {
     "00_setup_check": (2, 3),
@@ -35,8 +35,10 @@ TORCH_MINIMUMS = {
     "03_gradient_accumulation": (2, 3),
     "04_several_losses": (2, 3),
     "05_pitfalls": (2, 3),
-    "06_accumulation_at_scale": (2, 4),
-    "07_training_stacks": (2, 9),
+    "06_loop_auditor": (2, 3),
+    "07_accumulation_at_scale": (2, 4),
+    "08_training_stacks": (2, 9),
+    "09_capstone": (2, 4),
 }
 # The package's floor (pyproject.toml: the helpers and the loop auditor import and run on it)
 # and the whole course's (requirements.txt, binder/: every notebook runs).
@@ -66,12 +68,12 @@ def dotted(version: tuple[int, ...]) -> str:
 
 
 def notebook_number(name: str) -> str:
-    """'07_training_stacks' or '07_training_stacks.ipynb' -> '07'."""
+    """'08_training_stacks' or '08_training_stacks.ipynb' -> '08'."""
     return name.split("_", 1)[0]
 
 
 def _numbers_as_ranges(names: list[str]) -> str:
-    """['00', '01', '02', '05'] -> '00-02, 05' (the course's notebooks in order)."""
+    """['00', '01', '02', '05', '07'] -> '00-02, 05 and 07' (the course's notebooks in order)."""
     order = [notebook_number(name) for name in TORCH_MINIMUMS]
     positions = sorted(order.index(name) for name in names)
     parts, start = [], None
@@ -82,12 +84,12 @@ def _numbers_as_ranges(names: list[str]) -> str:
             first, last = order[start], order[position]
             parts.append(first if first == last else f"{first}-{last}")
             start = None
-    return ", ".join(parts)
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _known_notebook(notebook: str) -> str:
     if not isinstance(notebook, str):
-        raise TypeError(f"notebook must be a name such as '07_training_stacks', got {notebook!r}")
+        raise TypeError(f"notebook must be a name such as '08_training_stacks', got {notebook!r}")
     stem = notebook.rsplit("/", 1)[-1]
     stem = stem[: -len(".ipynb")] if stem.endswith(".ipynb") else stem
     if stem not in TORCH_MINIMUMS:
@@ -211,12 +213,11 @@ def stop_unless_supported(notebook: str, python: str | None = None, torch: str |
 
 
 def minimums_sentence() -> str:
-    """The minimums in words, as notebook 00 and the README state them: 'Notebooks 00-05 run
-    on torch 2.3 or newer, 06 on 2.4 or newer and 07 on 2.9 or newer.'"""
+    """The minimums in words, as notebook 00 and the README state them: 'Notebooks 00-06 run
+    on torch 2.3 or newer; 07 and 09 on 2.4 or newer; 08 on 2.9 or newer.'"""
     parts = [
         f"{_numbers_as_ranges(names)} on {dotted(minimum)} or newer"
         for minimum, names in _by_minimum()
     ]
     parts[0] = parts[0].replace(" on ", " run on torch ", 1)
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return f"Notebooks {listed}."
+    return f"Notebooks {'; '.join(parts)}."

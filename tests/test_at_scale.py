@@ -1,5 +1,6 @@
-"""Notebook 06's helpers: the AMP/clipping/scheduler accumulation loop, the frameworks'
-mirrors, the 2-process DDP run, and the exercise checkers."""
+"""Notebook 07's helpers: the AMP/clipping/scheduler accumulation loop, the frameworks'
+mirrors, the 2-process DDP run, and the exercise checkers; the notebook's claim about
+Accelerate's short last window with a dataloader it did not prepare, on the real library."""
 
 import os
 import re
@@ -22,7 +23,6 @@ from helpers.data import make_padded_tokens
 from helpers.distributed import free_port, launch, launcher_command, run_ddp_accumulation
 from helpers.exercises.at_scale import (
     check_allreduces,
-    check_effective_batch,
     check_trainer_window_loss,
 )
 from helpers.frameworks import (
@@ -184,8 +184,8 @@ def test_the_trainers_fallback_divides_by_the_windows_own_size():
 
 # ------------------------------------------------------------------ distributed
 @pytest.mark.skipif(
-    why_it_cannot_run("06_accumulation_at_scale") is not None,
-    reason=str(why_it_cannot_run("06_accumulation_at_scale")),
+    why_it_cannot_run("07_accumulation_at_scale") is not None,
+    reason=str(why_it_cannot_run("07_accumulation_at_scale")),
 )
 def test_the_two_process_ddp_run():
     results = run_ddp_accumulation(nproc=2, k=K, micro_batch=16, repeats=3)
@@ -271,8 +271,7 @@ def test_launch_command_and_port():
 
 # ------------------------------------------------------------------ checkers
 NUMERIC = [
-    (check_effective_batch, 512),
-    (check_allreduces, 3),
+    (check_allreduces, 16),
     (check_trainer_window_loss, 2.5),
 ]
 
@@ -287,12 +286,25 @@ def test_numeric_checkers_name_each_misconception(check, right):
 
 
 def test_the_named_misconceptions_give_those_numbers():
-    assert 16 * 4 in check_effective_batch.misconceptions  # DDP splitting the 16 over 8
-    assert "splits each micro-batch" in check_effective_batch.misconceptions[(16 // 8) * 8 * 4]
-    assert 2 * 3 in check_allreduces.misconceptions  # forward and backward both sync
-    assert "shared by the 8 processes" in check_effective_batch(16 * 4 / 8).message
-    assert "one all-reduce each" in check_allreduces(2).message  # forward + backward, no buckets
+    assert "inside it too" in check_allreduces(2).message  # no_sync() around backward only
+    assert "counts the forward passes" in check_allreduces(2 * 8 * 2).message
     assert 100 / 2 in check_trainer_window_loss.misconceptions  # by micro-batches, not tokens
+
+
+def test_the_allreduce_exercises_answer_is_what_a_run_counts(tmp_path):
+    """Exercise 07.1's answer, from the real 2-process run: with k = 8 and the run's
+    buckets, a forward outside no_sync() makes every backward all-reduce every bucket."""
+    import json
+
+    from helpers.exercises.at_scale import ALLREDUCE_BUCKETS, ALLREDUCE_K
+
+    out = tmp_path / "results.json"
+    args = [f"--out={out}", f"--k={ALLREDUCE_K}", "--repeats=1"]
+    launch("helpers.ddp_accumulation", args, nproc=2, timeout=120)
+    results = json.loads(out.read_text(encoding="utf-8"))
+    assert results["buckets"] == ALLREDUCE_BUCKETS
+    counted = results["allreduces_per_step"]["forward outside no_sync"]
+    assert counted == check_allreduces.expected() == ALLREDUCE_BUCKETS * ALLREDUCE_K
 
 
 @pytest.mark.parametrize(("check", "right"), NUMERIC)
@@ -314,9 +326,9 @@ def test_numeric_checkers_take_any_kind_of_number(check, right):
 
 
 def test_checkers_pass_in_strict_mode_and_raise_on_wrong_answers(strict_checks):
-    assert check_effective_batch(512).passed
-    with pytest.raises(AssertionError, match="splits each micro-batch"):
-        check_effective_batch(64)
+    assert check_allreduces(16).passed
+    with pytest.raises(AssertionError, match="inside it too"):
+        check_allreduces(2)
 
 
 def test_no_warnings_from_a_correct_scheduled_loop():
@@ -342,7 +354,7 @@ def test_a_ranks_exception_is_what_the_error_shows():
 
 
 def amp_window_variant(
-    divide="len", zero="start", set_to_none=True, unscale=True, clip="window",
+    divide="samples", zero="start", set_to_none=True, unscale=True, clip="window",
     step="scaler", update="after", norm=1.0,
 ):  # fmt: skip
     """An ``amp_window`` written one way, or with one mistake."""
@@ -350,15 +362,17 @@ def amp_window_variant(
     def amp_window(model, optimizer, scaler, window):
         if zero == "start":
             optimizer.zero_grad(set_to_none=set_to_none)
+        samples = sum(len(targets) for _, targets in window)
         for inputs, targets in window:
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 outputs = model(inputs)
-                if divide == "inside":  # the mean over the window's samples, in the loss
-                    loss = F.mse_loss(outputs, targets, reduction="sum") / (
-                        len(targets) * len(window)
-                    )
+                if divide == "inside":  # the sum over the micro-batch / the window's samples
+                    loss = F.mse_loss(outputs, targets, reduction="sum") / samples
+                elif divide == "len":  # the mistake: by the number of micro-batches
+                    loss = F.mse_loss(outputs, targets) / len(window)
                 else:
-                    loss = F.mse_loss(outputs, targets) / (len(window) if divide else 1)
+                    share = len(targets) / samples if divide else 1
+                    loss = F.mse_loss(outputs, targets) * share
             scaler.scale(loss).backward()
             if zero == "each micro-batch":
                 optimizer.zero_grad()
@@ -418,7 +432,8 @@ def test_the_amp_window_checker_accepts_a_correct_window_however_written(written
         ({"clip": "before unscale"}, "before clip_grad_norm_"),
         ({"clip": "each micro-batch"}, "clipped after each micro-batch"),
         ({"clip": None}, "was not clipped"),
-        ({"divide": None}, "divided by the window's size"),
+        ({"divide": None}, "the sum, not the mean"),
+        ({"divide": "len"}, "divided by the number of micro-batches"),
         ({"update": "each micro-batch"}, "ran after a micro-batch"),
         ({"update": "before step"}, "ran before scaler.step(optimizer)"),
         ({"update": None}, "scaler.update() is missing"),
@@ -454,14 +469,15 @@ def summed_window(shared_autocast: bool):
 
     def amp_window(model, optimizer, scaler, window):
         optimizer.zero_grad()
+        samples = sum(len(y) for _, y in window)
         if shared_autocast:  # one autocast block: its bfloat16 weight casts are cached
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = sum(F.mse_loss(model(x), y) for x, y in window) / len(window)
+                loss = sum(F.mse_loss(model(x), y) * len(y) for x, y in window) / samples
         else:
             losses = []
             for x, y in window:
                 with torch.autocast("cpu", dtype=torch.bfloat16):
-                    losses.append(F.mse_loss(model(x), y) / len(window))
+                    losses.append(F.mse_loss(model(x), y) * len(y) / samples)
             loss = sum(losses)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
@@ -480,6 +496,7 @@ def test_one_backward_on_the_summed_loss_is_judged_by_its_weights():
 
     same = check_amp_window(summed_window(shared_autocast=False))
     assert same.passed and "summed loss" in same.message and "memory" in same.message
+    assert "gradient is right" in same.message and "not accumulation" in same.message
     differs = check_amp_window(summed_window(shared_autocast=True))
     assert not differs.passed and "backward once per micro-batch" in differs.message
     assert "accumulation_steps" not in differs.message and "declare" not in differs.message
@@ -571,3 +588,17 @@ def test_train_accumulating_runs_the_shown_window(monkeypatch):
     monkeypatch.setattr(helpers.at_scale, "train_window", spy)
     log, _, _ = train(max_norm=1.0, scaler=torch.amp.GradScaler("cpu"), amp_dtype=torch.bfloat16)
     assert calls == [K, K, 2] and len(log.losses) == 3
+
+
+def test_the_amp_windows_solution_says_what_a_single_backward_costs():
+    """Exercise 07.2's solution says what its checker says of one backward() per window: the
+    gradient is right, the graphs stay in memory, it is not accumulation."""
+    import nbformat
+
+    path = ROOT_DIR / "notebooks" / "07_accumulation_at_scale.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    [index] = [i for i, c in enumerate(cells) if c.source.startswith("## Exercise 07.2")]
+    solution = cells[index + 2].source
+    assert "solution" in cells[index + 2].metadata["tags"]
+    for fragment in ("gradient is right", "in memory", "not accumulation"):
+        assert fragment in " ".join(solution.split()), fragment

@@ -1,16 +1,19 @@
-"""Notebook 06's capstone (exercise 06.5): the setting, the single-process reference, and
+"""Notebook 09's capstone (exercise 09.1): the setting, the single-process reference, and
 the checker, which runs the learner's function on 2 real DDP processes (gloo). Each checker
-test launches 2 processes (about 3 s), one test per mistake."""
+test launches 2 processes (about 3 s), one test per mistake. Also exercise 09.2's checker,
+and the exercise text's list of the names the learner's function may use."""
 
 import importlib.util
 import itertools
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import capstone
-from helpers.exercises.at_scale import check_capstone
+from helpers.exercises.capstone import check_capstone, check_gradient_allreduces
 from helpers.spies import ClipSpy
 
 HEADER = """\
@@ -26,7 +29,7 @@ MAX_NORM = 0.3  # a name from another cell: the ranks' module does not have it
 
 """
 
-# The notebook's solution (its solution cell holds the same function).
+# The notebook's solution (its solution cell holds the same function; a test checks).
 MODEL_SOLUTION = """\
 def train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
     world = dist.get_world_size()
@@ -40,7 +43,7 @@ def train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_s
             with contextlib.nullcontext() if last else model.no_sync():
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     logits = model(inputs)
-                loss = F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="sum")
+                    loss = F.cross_entropy(logits, targets, ignore_index=-100, reduction="sum")
                 scaler.scale(loss * world / tokens).backward()
         scaler.unscale_(optimizer)
         nn.utils.clip_grad_norm_(model.parameters(), 0.3)
@@ -107,7 +110,7 @@ def train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_s
 ALL_REDUCE = "        dist.all_reduce(tokens)  # the window's token count over both ranks\n"
 CLIP = "        nn.utils.clip_grad_norm_(model.parameters(), 0.3)\n"
 BACKWARD = "                scaler.scale(loss * world / tokens).backward()\n"
-SUM = 'loss = F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="sum")'
+SUM = 'loss = F.cross_entropy(logits, targets, ignore_index=-100, reduction="sum")'
 
 # Each mistake: the edits to the model solution, and a fragment of the hint it must get.
 MISTAKES = {
@@ -256,7 +259,7 @@ def test_the_ranks_token_counts_differ_in_every_window():
 
 def test_the_reference_skips_the_overflowing_window_and_halves_the_scale():
     reference = capstone.reference_run()
-    assert reference["scales"] == [capstone.INIT_SCALE] + [capstone.INIT_SCALE / 2] * 3
+    assert reference["scales"] == [4096, 2048, 2048, 2048]  # make_tools: init_scale=4096
     assert reference["lrs"] == [0.5, 0.125, 0.0625]  # window 2's step (0.25) was skipped
     assert torch.isfinite(reference["weights"]).all()
 
@@ -389,3 +392,60 @@ def test_the_exercise_source_needs_only_the_preamble():
     exec(compile(capstone.PREAMBLE, "preamble", "exec"), scope)
     assert names <= set(scope)
     assert textwrap.dedent(MODEL_SOLUTION).startswith("def train_ddp(")
+
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "09_capstone.ipynb"
+
+
+def notebook_cells():
+    import nbformat
+
+    return nbformat.read(NOTEBOOK, as_version=4).cells
+
+
+def test_the_exercise_text_lists_exactly_the_names_the_ranks_module_has():
+    """Exercise 09.1's text names the names the learner's function may use: the same as the
+    preamble the ranks' module starts with, and the same as the checker's hint."""
+    bound = set(capstone.preamble_bindings())
+    assert bound == {"contextlib", "math", "torch", "dist", "nn", "F"}
+    [text] = [c.source for c in notebook_cells() if c.source.startswith("## Exercise 09.1")]
+    sentence = re.search(r"only these names exist\s+there: (.*?)\. Import", text, re.DOTALL)
+    assert sentence, "the exercise's text lists the names its function may use"
+    listed = set(re.findall(r"`([^`]+)`", sentence.group(1)))
+    assert listed - {"torch.distributed"} == bound, listed
+    hint_names = set(re.findall(r"\w+", capstone.PREAMBLE_NAMES)) - {"and", "distributed"}
+    assert hint_names == bound, hint_names
+
+
+def test_the_notebooks_solution_is_the_model_solution():
+    [solution] = [
+        c.source
+        for c in notebook_cells()
+        if "def train_ddp" in c.source and "solution" in c.metadata.get("tags", [])
+    ]
+    assert MODEL_SOLUTION in solution
+
+
+def test_the_allreduce_count_names_each_misconception(strict_checks):
+    assert check_gradient_allreduces(4).passed
+    for value, hint in check_gradient_allreduces.misconceptions.items():
+        with pytest.raises(AssertionError, match=re.escape(hint[:40])):
+            check_gradient_allreduces(value)
+    with pytest.raises(AssertionError, match="One all-reduce per bucket per window"):
+        check_gradient_allreduces(5)
+
+
+def test_the_allreduce_count_never_raises_at_a_learner():
+    for answer, fragment in [(..., "Not answered"), ("4", "number"), (None, "number")]:
+        result = check_gradient_allreduces(answer)
+        assert not result.passed and fragment in result.message, result.message
+
+
+def test_the_allreduce_counts_answer_is_what_a_run_counts(folder):
+    """Exercise 09.2's answer, from the model solution run on 2 real processes: one bucket,
+    all-reduced once per window, the overflowing window included."""
+    from helpers.exercises.capstone import BUCKETS
+
+    results = capstone.run_capstone(learner_function(folder, MODEL_SOLUTION))
+    assert results["buckets"] == BUCKETS
+    assert results["allreduces"] == check_gradient_allreduces.expected() == 4

@@ -1,4 +1,4 @@
-"""What notebooks 03 and 06 say about Lightning, Accelerate and the Hugging Face Trainer, checked
+"""What notebooks 03 and 07 say about Lightning, Accelerate and the Hugging Face Trainer, checked
 against the real libraries (the versions constraints.txt pins), in real runs on the CPU with
 tiny models built here, nothing downloaded; each of ``helpers/frameworks.py``'s mirrors is run on
 the same inputs as the library it mirrors. The last tests check that every quote the notebooks
@@ -89,7 +89,7 @@ def flat(gradients):
 
 
 def regression_batches():
-    """Notebook 06's batches (section 2 onwards): 10 micro-batches of 16 samples."""
+    """Notebook 07's batches (section 2 onwards): 10 micro-batches of 16 samples."""
     return make_teacher_batches(n_batches=N_BATCHES, batch_size=16, features=8)
 
 
@@ -97,12 +97,12 @@ def regression_model():
     return make_mlp((8, 64, 64, 1))
 
 
-# 8 sequences: notebook 06's window of 4 micro-batches; 20: windows of 4, 4 and 2.
+# 8 sequences: notebook 07's window of 4 micro-batches; 20: windows of 4, 4 and 2.
 TOKEN_RUNS = pytest.mark.parametrize("n_sequences", [8, 2 * N_BATCHES])
 
 
 def token_data(n_sequences=2 * N_BATCHES):
-    """Padded token sequences of random lengths, in micro-batches of 2 (notebook 06's)."""
+    """Padded token sequences of random lengths, in micro-batches of 2 (notebook 07's)."""
     tokens, targets, _ = make_padded_tokens(n_sequences, 6, seed=3)
     return tokens, targets, list(zip(tokens.split(2), targets.split(2), strict=True))
 
@@ -383,7 +383,7 @@ def test_trainer_without_loss_kwargs_takes_the_mean_of_the_micro_batches_means(n
     errors = [relative_error(got, one_batch_token_gradients(model, w))
               for (_, got), w in zip(captured, windows(batches, K), strict=True)]  # fmt: skip
     assert min(errors) > 0.05, errors  # the windows' micro-batches hold unequal token counts
-    if n_sequences == 8:  # notebook 06 prints its mirror's error on this window
+    if n_sequences == 8:  # notebook 07 prints its mirror's error on this window
         assert f"{errors[0]:.1%}" == "12.1%", errors
 
 
@@ -567,7 +567,7 @@ def check_versions(paragraphs):
 
 def test_every_quote_is_in_the_installed_file_it_is_attributed_to():
     paragraphs = list(notebook_paragraphs())
-    assert len(list(quoted_paragraphs(paragraphs))) >= 4  # 06: Lightning, Accelerate, Trainer
+    assert len(list(quoted_paragraphs(paragraphs))) >= 4  # 07's Sources: 4 paragraphs
     check_quotes(paragraphs)
 
 
@@ -610,3 +610,51 @@ def test_no_notebook_imports_a_framework():
 
 if __name__ == "__main__":  # a rank of test_average_tokens_across_devices_on_two_processes
     ranks_main(sys.argv[1:])
+
+
+def accelerate_steps(epochs: int, prepare_loader: bool, tmp_path, monkeypatch) -> list[int]:
+    """The micro-batches (counted over all epochs) after which Accelerate's wrapped optimizer
+    really steps: the loop of its docs, 10 micro-batches an epoch, k = 4."""
+    import accelerate
+    from accelerate.state import AcceleratorState, GradientState
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    try:
+        accelerator = accelerate.Accelerator(gradient_accumulation_steps=K, cpu=True)
+        model = make_mlp((8, 16, 3))
+        torch_optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+        seen, steps = [0], []
+        torch_optimizer.register_step_pre_hook(lambda *_: steps.append(seen[0]))
+        generator = torch.Generator().manual_seed(0)  # 10 micro-batches of 8 an epoch
+        inputs = torch.randn(80, 8, generator=generator)
+        labels = torch.randint(0, 3, (80,), generator=generator)
+        loader = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(inputs, labels), batch_size=8, shuffle=False
+        )
+        if prepare_loader:
+            model, optimizer, loader = accelerator.prepare(model, torch_optimizer, loader)
+        else:
+            model, optimizer = accelerator.prepare(model, torch_optimizer)
+        for _ in range(epochs):
+            for x, y in loader:
+                seen[0] += 1
+                with accelerator.accumulate(model):
+                    accelerator.backward(F.cross_entropy(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+        return steps
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
+@pytest.mark.frameworks
+def test_accelerate_carries_an_unprepared_loaders_tail_into_the_next_epoch(tmp_path, monkeypatch):
+    """Notebook 07's table: with a dataloader through prepare, each epoch's short last window
+    is stepped; with any other, its micro-batches join the next epoch's first window, and only
+    the run's final tail is never stepped."""
+    assert accelerate_steps(2, True, tmp_path, monkeypatch) == [4, 8, 10, 14, 18, 20]
+    assert accelerate_steps(2, False, tmp_path, monkeypatch) == [4, 8, 12, 16, 20]
+    assert accelerate_steps(3, False, tmp_path, monkeypatch) == [4, 8, 12, 16, 20, 24, 28]

@@ -1,6 +1,7 @@
-"""Notebook 05's exercises: each repair checker accepts every correct repair however it is
-written and rejects plausible wrong ones with a hint that names the mistake; the prediction
-names its misconceptions. The loops here are what learners write."""
+"""Notebook 05's prediction and notebook 06's repairs: each repair checker accepts every
+correct repair however it is written and rejects plausible wrong ones with a hint that names
+the mistake; the prediction names its misconceptions. The loops here are what learners
+write."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from helpers.spies import ClipSpy
 CHECKS = {
     "A": check_repair_a,
     "B": check_repair_b,
-    "C": check_repair_c,
     "D": check_repair_d,
+    "C": check_repair_c,
     "E": check_repair_e,
 }
 
@@ -325,10 +326,10 @@ def b_scheduler_per_epoch(model, optimizer, batches, scheduler, k=4):
     scheduler.step()
 
 
-# ------------------------------------------------------------------ loop C: correct
+# ------------------------------------------------------------------ loop D: correct
 
 
-def c_reset_in_place(model, optimizer, batches):
+def d_reset_in_place(model, optimizer, batches):
     model[-1].reset_parameters()  # a fresh head, the same parameters
     for inputs, targets in batches:
         optimizer.zero_grad()
@@ -336,7 +337,7 @@ def c_reset_in_place(model, optimizer, batches):
         optimizer.step()
 
 
-def c_add_group_with_settings(model, optimizer, batches):
+def d_add_group_with_settings(model, optimizer, batches):
     head = nn.Linear(16, 1)
     model[-1] = head
     optimizer.add_param_group({"params": [head.weight, head.bias], "lr": 0.01})
@@ -347,7 +348,7 @@ def c_add_group_with_settings(model, optimizer, batches):
         optimizer.step()
 
 
-def c_copy_into_old_head(model, optimizer, batches):
+def d_copy_into_old_head(model, optimizer, batches):
     fresh = nn.Linear(16, 1)
     with torch.no_grad():
         model[-1].weight.copy_(fresh.weight)
@@ -358,10 +359,10 @@ def c_copy_into_old_head(model, optimizer, batches):
         optimizer.step()
 
 
-# ------------------------------------------------------------------ loop C: wrong
+# ------------------------------------------------------------------ loop D: wrong
 
 
-def c_rebuilt_optimizer(model, optimizer, batches):
+def d_rebuilt_optimizer(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     for inputs, targets in batches:
@@ -370,7 +371,7 @@ def c_rebuilt_optimizer(model, optimizer, batches):
         optimizer.step()
 
 
-def c_only_the_weight(model, optimizer, batches):
+def d_only_the_weight(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1)
     optimizer.add_param_group({"params": [model[-1].weight]})
     for inputs, targets in batches:
@@ -379,7 +380,7 @@ def c_only_the_weight(model, optimizer, batches):
         optimizer.step()
 
 
-def c_head_lr(model, optimizer, batches):
+def d_head_lr(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1)
     optimizer.add_param_group({"params": model[-1].parameters(), "lr": 0.1})
     for inputs, targets in batches:
@@ -388,7 +389,7 @@ def c_head_lr(model, optimizer, batches):
         optimizer.step()
 
 
-def c_frozen_head(model, optimizer, batches):
+def d_frozen_head(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1)
     model[-1].requires_grad_(False)
     for inputs, targets in batches:
@@ -397,7 +398,7 @@ def c_frozen_head(model, optimizer, batches):
         optimizer.step()
 
 
-def c_group_before_the_new_head(model, optimizer, batches):
+def d_group_before_the_new_head(model, optimizer, batches):
     optimizer.add_param_group({"params": model[-1].parameters()})
     model[-1] = nn.Linear(16, 1)
     for inputs, targets in batches:
@@ -406,7 +407,7 @@ def c_group_before_the_new_head(model, optimizer, batches):
         optimizer.step()
 
 
-def c_frozen_trunk(model, optimizer, batches):
+def d_frozen_trunk(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1)
     for p in model[:-1].parameters():
         p.requires_grad_(False)
@@ -417,7 +418,7 @@ def c_frozen_trunk(model, optimizer, batches):
         optimizer.step()
 
 
-def c_head_in_every_iteration(model, optimizer, batches):
+def d_head_in_every_iteration(model, optimizer, batches):
     for inputs, targets in batches:
         model[-1] = nn.Linear(16, 1)
         optimizer.add_param_group({"params": model[-1].parameters()})
@@ -426,7 +427,7 @@ def c_head_in_every_iteration(model, optimizer, batches):
         optimizer.step()
 
 
-def c_head_without_bias(model, optimizer, batches):
+def d_head_without_bias(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1, bias=False)
     optimizer.add_param_group({"params": model[-1].parameters()})
     for inputs, targets in batches:
@@ -435,7 +436,7 @@ def c_head_without_bias(model, optimizer, batches):
         optimizer.step()
 
 
-def c_head_in_a_sequential(model, optimizer, batches):
+def d_head_in_a_sequential(model, optimizer, batches):
     model[-1] = nn.Sequential(nn.Linear(16, 1))
     optimizer.add_param_group({"params": model[-1].parameters()})
     for inputs, targets in batches:
@@ -444,7 +445,7 @@ def c_head_in_a_sequential(model, optimizer, batches):
         optimizer.step()
 
 
-def c_head_appended(model, optimizer, batches):
+def d_head_appended(model, optimizer, batches):
     model.append(nn.Linear(1, 1))
     optimizer.add_param_group({"params": model[-1].parameters()})
     for inputs, targets in batches:
@@ -453,7 +454,7 @@ def c_head_appended(model, optimizer, batches):
         optimizer.step()
 
 
-def c_wider_head(model, optimizer, batches):
+def d_wider_head(model, optimizer, batches):
     model[-1] = nn.Linear(16, 2)
     optimizer.add_param_group({"params": model[-1].parameters()})
     for inputs, targets in batches:
@@ -462,7 +463,7 @@ def c_wider_head(model, optimizer, batches):
         optimizer.step()
 
 
-def c_appended_and_own_optimizer(model, optimizer, batches):
+def d_appended_and_own_optimizer(model, optimizer, batches):
     model.append(nn.Linear(1, 1))
     own = torch.optim.SGD(model.parameters(), lr=0.01)
     for inputs, targets in batches:
@@ -471,10 +472,10 @@ def c_appended_and_own_optimizer(model, optimizer, batches):
         own.step()
 
 
-# ------------------------------------------------------------------ loop D: correct
+# ------------------------------------------------------------------ loop C: correct
 
 
-def d_by_index(model, optimizer, batches, k=4):
+def c_by_index(model, optimizer, batches, k=4):
     optimizer.zero_grad()
     tail = len(batches) % k
     for i, (inputs, targets) in enumerate(batches):
@@ -486,7 +487,7 @@ def d_by_index(model, optimizer, batches, k=4):
             optimizer.zero_grad()
 
 
-def d_slices(model, optimizer, batches, k=4):
+def c_slices(model, optimizer, batches, k=4):
     for start in range(0, len(batches), k):
         window = batches[start : start + k]
         for inputs, targets in window:
@@ -496,10 +497,30 @@ def d_slices(model, optimizer, batches, k=4):
         optimizer.zero_grad(set_to_none=False)
 
 
-# ------------------------------------------------------------------ loop D: wrong
+# ------------------------------------------------------------------ loop C: wrong
 
 
-def d_not_divided(model, optimizer, batches, k=4):
+def c_windows_divided_by_k(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / k).backward()
+        optimizer.step()
+
+
+def b_scheduler_moved_only(model, optimizer, batches, scheduler, k=4):
+    optimizer.zero_grad()
+    for i, (inputs, targets) in enumerate(batches):
+        loss = F.mse_loss(model(inputs), targets) / k
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+        if (i + 1) % k == 0:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+
+
+def c_not_divided(model, optimizer, batches, k=4):
     for window in windows(batches, k):
         optimizer.zero_grad()
         for inputs, targets in window:
@@ -507,7 +528,7 @@ def d_not_divided(model, optimizer, batches, k=4):
         optimizer.step()
 
 
-def d_tail_not_divided(model, optimizer, batches, k=4):
+def c_tail_not_divided(model, optimizer, batches, k=4):
     for window in windows(batches, k):
         optimizer.zero_grad()
         for inputs, targets in window:
@@ -516,7 +537,7 @@ def d_tail_not_divided(model, optimizer, batches, k=4):
         optimizer.step()
 
 
-def d_all_by_the_tail(model, optimizer, batches, k=4):
+def c_all_by_the_tail(model, optimizer, batches, k=4):
     tail = len(batches) % k
     for window in windows(batches, k):
         optimizer.zero_grad()
@@ -525,7 +546,7 @@ def d_all_by_the_tail(model, optimizer, batches, k=4):
         optimizer.step()
 
 
-def d_tail_dropped(model, optimizer, batches, k=4):
+def c_tail_dropped(model, optimizer, batches, k=4):
     optimizer.zero_grad()
     for i, (inputs, targets) in enumerate(batches):
         (F.mse_loss(model(inputs), targets) / k).backward()
@@ -534,7 +555,7 @@ def d_tail_dropped(model, optimizer, batches, k=4):
             optimizer.zero_grad()
 
 
-def d_in_float64(model, optimizer, batches, k=4):
+def c_in_float64(model, optimizer, batches, k=4):
     model.double()
     for window in windows(batches, k):
         optimizer.zero_grad()
@@ -668,8 +689,8 @@ def e_scaler_unused(model, optimizer, batches, scaler):
 CORRECT = {
     "A": [a_detach, a_float_and_zero_after_step, a_no_grad_sum, a_statistics_mean],
     "B": [b_by_index, b_slices_zeros, b_int_max_norm_via_clip_grad],
-    "C": [c_reset_in_place, c_add_group_with_settings, c_copy_into_old_head],
-    "D": [d_by_index, d_slices],
+    "D": [d_reset_in_place, d_add_group_with_settings, d_copy_into_old_head],
+    "C": [c_by_index, c_slices],
     "E": [e_zero_after_step, e_model_zero_grad],
 }
 
@@ -692,24 +713,26 @@ WRONG = [
     ("B", b_no_clip, "nothing clipped it, no clip_grad_norm_ ran"),
     ("B", b_scheduler_per_epoch, "stepped once (as if once per epoch) in 3 optimizer steps"),
     ("B", b_one_backward_per_window, "one backward() per micro-batch"),
-    ("C", c_rebuilt_optimizer, "trained another optimizer, built inside it"),
-    ("C", c_only_the_weight, "2.bias"),
-    ("C", c_head_lr, "add_param_group fills them in"),
-    ("C", c_frozen_head, "2.weight, 2.bias had no gradient"),
-    ("C", c_group_before_the_new_head, "more than one parameter group"),
-    ("C", c_frozen_trunk, "0.weight, 0.bias had no gradient: requires_grad_(False) froze"),
-    ("C", c_head_in_every_iteration, "the head is replaced in every iteration"),
-    ("C", c_head_without_bias, "parameters differ from the correct loop's: yours lacks 2.bias"),
-    ("C", c_head_in_a_sequential, "yours has 2.0.weight, 2.0.bias"),
-    ("C", c_head_appended, "yours has 3.weight, 3.bias"),
-    ("C", c_wider_head, "2.weight has shape [2, 16], not [1, 16]"),
-    ("C", c_appended_and_own_optimizer, "trained another optimizer"),
-    ("D", LOOPS["D"], "divided by k=4, not by its real length 2"),
-    ("D", d_not_divided, "not divided at all"),
-    ("D", d_tail_not_divided, "not divided at all"),
-    ("D", d_all_by_the_tail, "divided by 2 instead of 4"),
-    ("D", d_tail_dropped, "leftover-gradients"),
-    ("D", d_in_float64, "Keep the model's dtype, float32"),
+    ("D", d_rebuilt_optimizer, "trained another optimizer, built inside it"),
+    ("D", d_only_the_weight, "2.bias"),
+    ("D", d_head_lr, "add_param_group fills them in"),
+    ("D", d_frozen_head, "2.weight, 2.bias had no gradient"),
+    ("D", d_group_before_the_new_head, "more than one parameter group"),
+    ("D", d_frozen_trunk, "0.weight, 0.bias had no gradient: requires_grad_(False) froze"),
+    ("D", d_head_in_every_iteration, "the head is replaced in every iteration"),
+    ("D", d_head_without_bias, "parameters differ from the correct loop's: yours lacks 2.bias"),
+    ("D", d_head_in_a_sequential, "yours has 2.0.weight, 2.0.bias"),
+    ("D", d_head_appended, "yours has 3.weight, 3.bias"),
+    ("D", d_wider_head, "2.weight has shape [2, 16], not [1, 16]"),
+    ("D", d_appended_and_own_optimizer, "trained another optimizer"),
+    ("C", c_windows_divided_by_k, "divided by k=4, not by its real length 2"),
+    ("B", b_scheduler_moved_only, "clip-per-micro-batch: clip_grad_norm_ still runs after"),
+    ("B", b_scheduler_moved_only, "leftover-gradients: the last 2 of the 10 micro-batches"),
+    ("C", c_not_divided, "not divided at all"),
+    ("C", c_tail_not_divided, "not divided at all"),
+    ("C", c_all_by_the_tail, "divided by 2 instead of 4"),
+    ("C", c_tail_dropped, "leftover-gradients"),
+    ("C", c_in_float64, "Keep the model's dtype, float32"),
     ("E", e_no_unscale, "unscale-after-clip"),
     ("E", e_clip_after_step, "clip_grad_norm_ ran, but only after scaler.step(optimizer)"),
     ("E", e_unscaled_backward, "raised AssertionError: Attempted unscale_"),
@@ -728,8 +751,8 @@ MISDIAGNOSED = [
     ("B", b_clip_after_step, "divided by its real length"),
     ("B", b_no_clip, "divided by its real length"),
     ("B", b_scheduler_per_epoch, "stepped before the optimizer"),
-    ("C", c_frozen_trunk, "step-without-grad"),
-    ("C", c_head_in_every_iteration, "does anything else change the weights"),
+    ("D", d_frozen_trunk, "step-without-grad"),
+    ("D", d_head_in_every_iteration, "does anything else change the weights"),
     ("E", e_optimizer_step, "Correct"),
 ]
 
@@ -777,7 +800,7 @@ def test_a_check_that_cannot_follow_the_loop_says_so_without_a_traceback(monkeyp
         raise IndexError("internal")
 
     monkeypatch.setattr(pitfalls, "_difference", broken)
-    result = check_repair_c(c_reset_in_place)
+    result = check_repair_d(d_reset_in_place)
     assert not result.passed and "could not follow your loop" in result.message
 
 
@@ -788,7 +811,7 @@ def test_the_trace_records_clips_scheduler_steps_and_scaler_calls():
     e = trace("E", e_optimizer_step)
     assert e.scaler_calls[:4] == ["scale", "unscale_", "optimizer.step", "update"]
     assert "optimizer.step" not in trace("E", REPAIRED["E"]).scaler_calls
-    assert len(trace("C", c_head_in_every_iteration).params) == 10
+    assert len(trace("D", d_head_in_every_iteration).params) == 10
 
 
 def test_the_clip_spy_puts_clip_grad_norm_back():
@@ -809,7 +832,40 @@ def test_every_exercise_has_three_wrong_repairs_and_two_correct_ones():
 def test_the_untouched_buggy_loop_is_rejected(name):
     result = CHECKS[name](LOOPS[name])
     assert not result.passed
-    assert result.message.startswith(f"This is still loop {name} as given.")
+    assert result.message.startswith(f"This is loop {name} as given:")
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_the_untouched_loop_names_no_rule_and_no_fix(name):
+    """Finding the bugs is the exercise: the loop as given gets how many problems the
+    auditor finds and how to see its report, never which rules or their fixes."""
+    message = CHECKS[name](LOOPS[name]).message
+    assert not any(code in message for code in pitfalls.CODES), message
+    assert not any(fix in message for fix in pitfalls.FIXES.values())
+    assert "divided" not in message and "add_param_group" not in message
+
+
+def test_the_untouched_loops_say_how_many_problems_to_find():
+    expected = {"A": "1 problem", "B": "3 problems", "D": "1 problem", "E": "1 problem"}
+    for name, count in expected.items():
+        message = CHECKS[name](LOOPS[name]).message
+        assert f"the auditor finds {count} in it" in message
+        assert f"audit_loop({LOOPS[name].__name__})" in message
+    message = CHECKS["C"](LOOPS["C"]).message
+    assert "the auditor finds nothing in it, yet step 3 used a gradient" in message
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_audit_loop_reports_what_the_checker_saw(name):
+    auditor = pitfalls.audit_loop(LOOPS[name])
+    assert auditor.codes == trace(name, LOOPS[name]).run.codes
+    assert pitfalls.audit_loop(REPAIRED[name], name.lower()).codes in ([], ["window-length"])
+
+
+@pytest.mark.parametrize("args", [(3,), (c_not_divided,), (c_not_divided, "F")])
+def test_audit_loop_refuses_what_it_cannot_run(args):
+    with pytest.raises((TypeError, ValueError)):
+        pitfalls.audit_loop(*args)
 
 
 @pytest.mark.parametrize("name", sorted(LOOPS))
@@ -821,8 +877,8 @@ def test_a_copy_of_the_buggy_loop_is_recognized(name):
     namespace = {"F": F, "nn": nn, "torch": torch}
     exec(compile(source, filename, "exec"), namespace)
     copy = namespace[LOOPS[name].__name__]
-    assert CHECKS[name](copy).message.startswith(f"This is still loop {name} as given.")
-    assert not CHECKS[name](REPAIRED[name]).message.startswith("This is still")
+    assert CHECKS[name](copy).message.startswith(f"This is loop {name} as given:")
+    assert not CHECKS[name](REPAIRED[name]).message.startswith("This is loop")
 
 
 def loop_with_no_parameters():
@@ -866,7 +922,7 @@ def test_a_loop_that_raises_gets_its_exception_not_a_traceback(name):
 
 
 def test_a_def_line_without_the_scheduler_is_named_not_a_typeerror_from_steplr():
-    result = check_repair_b(d_tail_dropped)  # (model, optimizer, batches, k=4): it lands in k
+    result = check_repair_b(c_tail_dropped)  # (model, optimizer, batches, k=4): it lands in k
     assert not result.passed
     assert result.message.endswith(
         "your def line takes (model, optimizer, batches, k=4), without the scheduler: the "
@@ -882,7 +938,7 @@ def test_an_empty_loop_trained_nothing():
 
 
 def test_strict_mode_raises_with_the_hint(strict_checks):
-    with pytest.raises(AssertionError, match="graph-kept-alive"):
+    with pytest.raises(AssertionError, match="the auditor finds 1 problem"):
         check_repair_a(LOOPS["A"])
 
 
@@ -893,7 +949,7 @@ def test_check_repair_refuses_an_unknown_loop():
 
 
 def test_the_checker_runs_the_same_data_and_start_for_every_loop():
-    one, two = trace("D", REPAIRED["D"]), trace("D", d_slices)
+    one, two = trace("C", REPAIRED["C"]), trace("C", c_slices)
     assert [len(s) for s in (one.steps, two.steps)] == [3, 3]
     for name, (_, weight, settings) in one.steps[0].items():
         assert torch.equal(weight, two.steps[0][name][1]) and settings["lr"] == 0.01
@@ -915,8 +971,8 @@ def test_the_buggy_loops_keep_their_findings():
     expected = {
         "A": ["graph-kept-alive"],
         "B": ["clip-per-micro-batch", "scheduler-per-micro-batch", "leftover-gradients"],
-        "C": ["params-not-in-optimizer"],
-        "D": [],
+        "D": ["params-not-in-optimizer"],
+        "C": [],
         "E": ["unscale-after-clip"],
     }
     for name, loop in LOOPS.items():
@@ -927,7 +983,7 @@ def test_the_buggy_loops_keep_their_findings():
 
 
 def clipped_norm(max_norm: float, k: int = 4) -> float:
-    """What the notebook's section 8 runs: clip after every one of k backward calls."""
+    """What notebook 05's section 7 runs: clip after every one of k backward calls."""
     from helpers.pitfalls import make_teacher_batches
 
     model = make_mlp((8, 16, 1))
@@ -966,8 +1022,8 @@ def test_the_prediction_refuses_other_kinds(answer):
 # ------------------------------------------------------------------ the notebook
 
 
-def exercise_cells():
-    nb = nbformat.read(NOTEBOOKS / "05_pitfalls.ipynb", as_version=4)
+def exercise_cells(stem="06_loop_auditor"):
+    nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     return [nb.cells[i].source for i in cells_tagged(nb, "exercise")]
 
 
@@ -981,3 +1037,83 @@ def test_the_notebook_shows_each_buggy_loop_as_it_is_checked():
     for loop in LOOPS.values():
         helper = ast.parse(textwrap.dedent(inspect.getsource(loop))).body[0]
         assert functions[loop.__name__] == ast.dump(helper), loop.__name__
+
+
+# ------------------------------------------------------------------ loop C: one backward
+
+
+def c_one_backward_of_the_mean(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        loss = sum(F.mse_loss(model(x), y) for x, y in window) / len(window)
+        loss.backward()
+        optimizer.step()
+
+
+def c_one_backward_on_the_whole_window(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        inputs = torch.cat([x for x, _ in window])
+        targets = torch.cat([y for _, y in window])
+        F.mse_loss(model(inputs), targets).backward()
+        optimizer.step()
+
+
+def c_one_backward_divided_by_k(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        (sum(F.mse_loss(model(x), y) for x, y in window) / k).backward()
+        optimizer.step()
+
+
+def c_one_backward_of_the_sum(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        sum(F.mse_loss(model(x), y) for x, y in window).backward()
+        optimizer.step()
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [c_one_backward_of_the_mean, c_one_backward_on_the_whole_window],
+    ids=lambda f: f.__name__,
+)
+def test_loop_d_accepts_one_backward_of_the_windows_mean_loss_with_its_cost(loop, strict_checks):
+    result = check_repair_c(loop)
+    assert result.passed, result.message
+    assert "every micro-batch's graph in memory" in result.message
+    assert "not accumulation" in result.message
+
+
+@pytest.mark.parametrize(
+    ("loop", "hint"),
+    [
+        (c_one_backward_divided_by_k, "divided by k=4, not by its real length 2"),
+        (c_one_backward_of_the_sum, "not divided at all"),
+    ],
+    ids=["divided_by_k", "sum"],
+)
+def test_loop_d_with_one_backward_still_names_a_wrong_division(loop, hint):
+    result = check_repair_c(loop)
+    assert not result.passed and hint in result.message, result.message
+    assert "One backward() per window" in result.message
+
+
+def test_one_backward_is_accepted_for_loop_d_only():
+    def b_one_backward(model, optimizer, batches, scheduler, k=4):
+        for window in windows(batches, k):
+            optimizer.zero_grad()
+            (sum(F.mse_loss(model(x), y) for x, y in window) / len(window)).backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+            optimizer.step()
+            scheduler.step()
+
+    result = check_repair_b(b_one_backward)
+    assert not result.passed and "window-length" in result.message
+
+
+def test_loop_a_passed_with_a_detached_tensor_is_not_called_a_number():
+    result = check_repair_a(a_detach)
+    assert result.passed
+    assert "a number, not a tensor" not in result.message
+    assert "without keeping any iteration's graph" in result.message

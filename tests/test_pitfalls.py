@@ -1,17 +1,27 @@
-"""Helpers of notebook 05: the audited runner and its core, graph and saved-activation
-measures. The exercises' checkers are tested in tests/test_pitfall_exercises.py."""
+"""Helpers of notebooks 05 and 06: the plain and the audited runner and its core, graph and
+saved-activation measures, and notebook 05's loops as helpers.pitfalls keeps them. The
+exercises' checkers are tested in tests/test_pitfall_exercises.py."""
+
+import ast
+import inspect
+import re
+import textwrap
 
 import pytest
 import torch
+from course import NOTEBOOKS, read
 from torch import nn
 from torch.nn import functional as F
 
 from helpers.models import make_mlp
 from helpers.pitfalls import (
+    NOTEBOOK_05_LOOPS,
     SavedTensorMeter,
+    accumulate_clipping,
     audited_run,
     graph_size,
     make_teacher_batches,
+    run_loop,
     run_under_auditor,
 )
 
@@ -126,3 +136,71 @@ def test_run_under_auditor_returns_the_auditor_and_the_result():
         plain, model, optimizer, make_teacher_batches(), {}, None, ()
     )
     assert result == "done" and auditor.codes == [] and auditor.steps == 12
+
+
+def test_run_loop_runs_a_loop_without_an_auditor():
+    run = run_loop(plain, make_teacher_batches())
+    assert run.result == "done" and run.weight_change() > 0
+    assert not hasattr(run, "auditor") and isinstance(run.optimizer, torch.optim.SGD)
+    with pytest.raises(TypeError, match="loop must be a function"):
+        run_loop("loop", make_teacher_batches())
+    with pytest.raises(ValueError, match="empty"):
+        run_loop(plain, [])
+
+
+def test_run_loop_and_audited_run_train_the_same_weights():
+    batches = make_teacher_batches()
+    plain_run, audited = run_loop(plain, batches), audited_run(plain, batches)
+    for a, b in zip(plain_run.model.parameters(), audited.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def notebook_functions(stem: str) -> dict[str, str]:
+    """Each function a notebook's code cells define, as its AST dump."""
+    nb = read(NOTEBOOKS / f"{stem}.ipynb")
+    return {
+        node.name: ast.dump(node)
+        for cell in nb.cells
+        if cell.cell_type == "code" and "course-setup" not in cell.metadata.get("tags", [])
+        for node in ast.parse(cell.source).body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+@pytest.mark.parametrize("loop", NOTEBOOK_05_LOOPS, ids=lambda f: f.__name__)
+def test_notebook_05_defines_each_loop_as_helpers_pitfalls_keeps_it(loop):
+    """Notebook 06 shows and audits these functions as notebook 05's loops: the same code."""
+    helper = ast.parse(textwrap.dedent(inspect.getsource(loop))).body[0]
+    assert notebook_functions("05_pitfalls")[loop.__name__] == ast.dump(helper)
+
+
+def test_notebook_06_shows_the_loop_its_prediction_audits():
+    """Exercise 06.1's answer is what the auditor reports on helpers.pitfalls's loop: the
+    exercise cell must show that loop, the same code."""
+    helper = ast.parse(textwrap.dedent(inspect.getsource(accumulate_clipping))).body[0]
+    assert notebook_functions("06_loop_auditor")["accumulate_clipping"] == ast.dump(helper)
+
+
+def test_the_loops_notebook_06_audits_are_notebook_05s_or_its_own():
+    source = "".join(c.source for c in read(NOTEBOOKS / "06_loop_auditor.ipynb").cells)
+    used = set(re.findall(r"pitfalls\.(\w+)", source)) - {"run_under_auditor"}
+    kept = {loop.__name__ for loop in NOTEBOOK_05_LOOPS} | {"accumulate_without_dividing"}
+    assert used and used <= kept, used - kept
+
+
+def test_notebook_05_needs_no_auditor():
+    """The auditor is taught in notebook 06: 05 may name its rule ids, never run it."""
+    nb = read(NOTEBOOKS / "05_pitfalls.ipynb")
+    code = "".join(c.source for c in nb.cells if c.cell_type == "code")
+    for name in ("LoopAuditor", "audited_run", "helpers.audit", "loop_auditor"):
+        assert name not in code, name
+
+
+def test_helpers_pitfalls_imports_no_auditor():
+    """Notebook 05 imports helpers.pitfalls: the auditor loads only when a run uses it."""
+    import subprocess
+    import sys
+
+    code = "import sys, helpers.pitfalls; print('loop_auditor' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

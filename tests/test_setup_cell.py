@@ -98,12 +98,12 @@ def test_on_colab_it_installs_only_what_is_missing_and_never_torch(tmp_path):
 
 def test_on_a_torch_too_old_for_the_notebook_it_stops_with_the_fix():
     _, report = run_setup_cell(
-        ROOT / "notebooks", colab=False, notebook="07_training_stacks", torch_version="2.8.0"
+        ROOT / "notebooks", colab=False, notebook="08_training_stacks", torch_version="2.8.0"
     )
     assert report["stopped"] == (
-        "CourseSetupError: Notebook 07 needs torch 2.9 or newer, and this kernel has torch 2.8.0 "
-        "(notebooks 00-06 run on it). To upgrade, run `python -m pip install -U torch`, then "
-        "restart the kernel."
+        "CourseSetupError: Notebook 08 needs torch 2.9 or newer, and this kernel has torch 2.8.0 "
+        "(notebooks 00-07 and 09 run on it). To upgrade, run `python -m pip install -U torch`, "
+        "then restart the kernel."
     )
     _, report = run_setup_cell(ROOT / "notebooks", colab=False, torch_version="2.8.0")
     assert report["stopped"] is None, "notebook 03 runs on 2.8.0"
@@ -115,13 +115,13 @@ def test_on_colab_with_a_torch_too_old_it_clones_then_stops_with_colabs_fix(tmp_
         tmp_path,
         colab=True,
         env_repo=str(ROOT),
-        notebook="06_accumulation_at_scale",
+        notebook="07_accumulation_at_scale",
         torch_version="2.3.0",
     )
     assert report["commands"][0][:2] == ["git", "clone"]
     assert report["stopped"] == (
-        "CourseSetupError: Notebook 06 needs torch 2.4 or newer, and this kernel has torch 2.3.0 "
-        "(notebooks 00-05 run on it). To upgrade, run `!pip install -U torch` in a cell, then "
+        "CourseSetupError: Notebook 07 needs torch 2.4 or newer, and this kernel has torch 2.3.0 "
+        "(notebooks 00-06 run on it). To upgrade, run `!pip install -U torch` in a cell, then "
         "Runtime > Restart session."
     )
 

@@ -1,4 +1,4 @@
-"""Notebook 07's single-process helpers: scaling after accumulating equals scaling before and
+"""Notebook 08's single-process helpers: scaling after accumulating equals scaling before and
 one process; optimizer-in-backward steps per micro-batch; torch.compile's facts."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from helpers import compile_accumulation as compiling
 from helpers import stacks
 from helpers.versions import why_it_cannot_run
 
-# Notebook 07's helpers: skipped on a torch too old for notebook 07 (helpers/versions.py).
-NOT_ON_THIS_TORCH = why_it_cannot_run("07_training_stacks")
+# Notebook 08's helpers: skipped on a torch too old for notebook 08 (helpers/versions.py).
+NOT_ON_THIS_TORCH = why_it_cannot_run("08_training_stacks")
 pytestmark = pytest.mark.skipif(NOT_ON_THIS_TORCH is not None, reason=str(NOT_ON_THIS_TORCH))
 
 
@@ -70,7 +70,7 @@ def test_optimizer_in_backward_steps_every_micro_batch_and_leaves_no_gradient():
     tried = stacks.accumulate_in_backward(model, window, lr=0.5)
     ordinary = stacks.make_token_model()
     assert stacks.accumulate_then_step(ordinary, window, lr=0.5) == 1
-    assert tried["steps"] == 3 and all(g is None for g in tried["grads"])
+    assert tried["steps"] == 3 and all(p.grad is None for p in model.parameters())
     assert tried["clip_norm"] == 0.0
     assert not torch.allclose(stacks.flat_weights(model), stacks.flat_weights(ordinary))
 

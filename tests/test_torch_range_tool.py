@@ -89,8 +89,9 @@ def test_the_minimums_are_each_notebooks_oldest_torch_and_each_runs_its_own_note
         ("2.4.0", (3, 11)),
         ("2.9.0", (3, 11)),
     ]
-    assert runs_on("2.3.0") == ["00", "01", "02", "03", "04", "05"]
-    assert runs_on("2.4.0")[-1] == "06" and runs_on("2.9.0") == [n[:2] for n in TORCH_MINIMUMS]
+    assert runs_on("2.3.0") == ["00", "01", "02", "03", "04", "05", "06"]
+    assert runs_on("2.4.0")[-2:] == ["07", "09"]
+    assert runs_on("2.9.0") == [n[:2] for n in TORCH_MINIMUMS]
     seen.clear()
     assert torch_range.main(["newest", "--keep"]) == 0
     assert seen == [("2.15.0", (3, 12), True, True)]

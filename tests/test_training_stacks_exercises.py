@@ -1,7 +1,9 @@
-"""Notebook 07's checkers: correct answers written several ways pass, each known mistake is
+"""Notebook 08's checkers: correct answers written several ways pass, each known mistake is
 named."""
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import pytest
 import torch
@@ -14,8 +16,8 @@ from helpers.exercises import training_stacks as X
 from helpers.exercises import window_records
 from helpers.versions import why_it_cannot_run
 
-# Notebook 07's helpers: skipped on a torch too old for notebook 07 (helpers/versions.py).
-NOT_ON_THIS_TORCH = why_it_cannot_run("07_training_stacks")
+# Notebook 08's helpers: skipped on a torch too old for notebook 08 (helpers/versions.py).
+NOT_ON_THIS_TORCH = why_it_cannot_run("08_training_stacks")
 pytestmark = pytest.mark.skipif(NOT_ON_THIS_TORCH is not None, reason=str(NOT_ON_THIS_TORCH))
 
 PAD = -100
@@ -222,17 +224,84 @@ def test_each_repair_mistake_is_named(answer, hint):
     assert not result.passed and hint in result.message, result.message
 
 
-def test_the_numeric_answers():
-    assert X.check_scale_factor(2 / 80).passed and X.check_reduce_scatters(4).passed
-    assert "DDP averages" in X.check_scale_factor(1 / 80).message
-    assert "divides by the world size a second time" in X.check_scale_factor(1 / 160).message
-    assert "all-gathers" in X.check_reduce_scatters(12).message
-    assert "once per group" in X.check_reduce_scatters(1).message or "group by group" in (
-        X.check_reduce_scatters(1).message
-    )
+@pytest.mark.parametrize("answer", [4 / 3, 80 / 60, Fraction(4, 3), torch.tensor(4 / 3)])
+def test_the_naive_token_weight_right_answers(answer):
+    assert X.naive_token_weight() == pytest.approx(4 / 3)  # the run gives 80/60
+    result = X.check_naive_token_weight(answer)
+    assert result.passed, result.message
 
 
-# --------------------------------------------------- 07.2: after the learner review
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (1, "the per-rank mean is exact"),
+        (3 / 4, "the inverse"),
+        (1 / 60, "the token's weight itself"),
+        (80 / 30, "forgets that DDP averages"),
+        (1 / 30, "within rank 0's own mean"),
+        (0.8, "a token of rank 1"),
+        (50 / 30, "compares a token of rank 0 with a token of rank 1"),
+        (30 / 50, "compares the two ranks' counts"),
+        (1.33, "write the fraction"),
+    ],
+)
+def test_the_naive_token_weight_names_each_mistake(answer, hint):
+    result = X.check_naive_token_weight(answer)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_08_1_never_raises_at_a_learner():
+    assert "Not answered yet" in X.check_naive_token_weight(...).message
+    for answer in ("four thirds", None, [1], float("nan")):
+        assert not X.check_naive_token_weight(answer).passed
+
+
+@pytest.mark.parametrize(
+    "answer", [2 / 80, 1 / 40, 0.025, Fraction(2, 80), torch.tensor(0.025), 2 / (45 + 35)]
+)
+def test_a_rank_with_fewer_micro_batches_right_answers(answer):
+    result = X.check_fewer_micro_batches(answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (1 / 80, "DDP averages"),
+        (2 / 35, "rank 1's own count"),
+        (1 / 35, "rank 1's own token mean"),
+        (2 / 45, "rank 0's count"),
+        (3 / 80, "more weight for running fewer micro-batches"),
+        (2 / 120, "less weight for running fewer micro-batches"),
+        (1 / 2, "rank 1's 2 micro-batches"),
+        (1 / 5, "the window's 5 micro-batches"),
+        (2 / 5, "the window's 5 micro-batches"),
+        (1 / 160, "world size a second time"),
+        (40, "inverse"),
+        (80, "multiplies by the count"),
+        (0.3, "does not enter"),
+    ],
+)
+def test_a_rank_with_fewer_micro_batches_names_each_mistake(answer, hint):
+    result = X.check_fewer_micro_batches(answer)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_every_misconception_of_08_3_has_its_own_hint():
+    hints = X.check_fewer_micro_batches.misconceptions
+    assert len(hints) >= 10
+    for value, hint in hints.items():
+        assert not X.check_fewer_micro_batches(value).passed
+        assert hint in X.check_fewer_micro_batches(value).message
+
+
+def test_08_3_never_raises_at_a_learner():
+    for answer in ("two eightieths", None, [1], float("nan")):
+        result = X.check_fewer_micro_batches(answer)
+        assert not result.passed
+
+
+# --------------------------------------------------- 08.2: after the learner review
 def _window(
     *,
     factor=lambda count, world: world / count,
@@ -352,7 +421,7 @@ def test_the_all_reduce_stand_in_behaves_like_torch():
         all_reduce(count, op=torch.distributed.ReduceOp.MAX)
 
 
-# --------------------------------------------------- 07.4: after the learner review
+# --------------------------------------------------- 08.4: after the learner review
 def _window_norms():
     """The pre-clip gradient norm of each window of the ordinary loop on the check's data."""
     model = R._repair_model()
@@ -460,5 +529,45 @@ def test_reviewed_repair_mistakes_are_named(answer, hint):
     assert "inside backward" not in result.message
 
 
-def test_the_inverse_factor_is_named():
-    assert "count / world, the inverse" in X.check_scale_factor(40).message
+# --------------------------------------------------- 08.2: text, solution and checker agree
+def notebook_solution(model, optimizer, micro_batches, world_size, all_reduce):
+    """Exercise 08.2's solution as the notebook folds it: every backward synchronized."""
+    optimizer.zero_grad()
+    count = torch.zeros((), dtype=torch.int64)
+    for tokens, targets in micro_batches:
+        loss = F.cross_entropy(model(tokens), targets, ignore_index=-100, reduction="sum")
+        loss.backward()
+        count += (targets != -100).sum()
+    all_reduce(count)
+    for p in model.parameters():
+        p.grad.mul_(world_size / count)
+    nn.utils.clip_grad_norm_(model.parameters(), 0.4)
+    optimizer.step()
+
+
+def test_the_solution_without_no_sync_passes_with_no_advice_to_use_it():
+    result = X.check_scale_after_window(notebook_solution)
+    assert result.passed and "no_sync" not in result.message, result.message
+
+
+def test_a_window_with_no_sync_passes_and_hears_it_all_reduced_once():
+    result = X.check_scale_after_window(foreach_version)
+    assert result.passed and "all-reduced the gradients once" in result.message, result.message
+
+
+def test_the_notebook_folds_the_solution_this_file_tests():
+    import inspect
+
+    from course import NOTEBOOKS, read
+
+    nb = read(NOTEBOOKS / "08_training_stacks.ipynb")
+    [solution] = [
+        c.source
+        for c in nb.cells
+        if "solution" in c.metadata.get("tags", []) and "def scale_after_window" in c.source
+    ]
+    body = inspect.getsource(notebook_solution).split('"""', 2)[2]
+    for line in body.strip().splitlines():
+        assert line.strip().split("  #")[0] in solution, line
+    assert "no_sync" not in solution.split("```python")[1]
+    assert "torch._" not in solution

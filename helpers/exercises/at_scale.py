@@ -1,10 +1,10 @@
-"""Checkers for notebook 06, accumulation at scale."""
+"""Checkers for notebook 07, accumulation at scale (its hints on GradScaler and loop-auditor
+findings are shared with notebook 09's capstone, :mod:`helpers.exercises.capstone`)."""
 
 from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable
 
 import torch
@@ -28,48 +28,30 @@ from helpers.checks import (
 from helpers.models import flat_weights
 from helpers.spies import ClipSpy, ScalerSpy
 
-check_effective_batch = number_checker(
-    8 * 16 * 4,
-    {
-        64: "64 is 16 x 4: one process's window, or the belief that DDP splits each "
-        "micro-batch of 16 across the 8 processes. It does not: each process draws its own "
-        "micro-batches of 16, and all 8 processes' windows go into each step.",
-        128: "128 is 16 x 8, one micro-batch from every process: each of them also "
-        "accumulates k = 4 micro-batches before the step.",
-        32: "32 is 8 x 4, processes x k: the micro-batch size matters too, each micro-batch "
-        "holds 16 samples.",
-        16: "16 is one micro-batch on one process; a step sees every process's window.",
-        2: "2 is 16 / 8, the micro-batch split across the processes: DDP does not split a "
-        "micro-batch, each process has 16 samples per micro-batch.",
-        8: "8 is 16 x 4 / 8, one window shared by the 8 processes: they do not share it, "
-        "each process accumulates its own 4 micro-batches of 16, and the step averages all "
-        "8 windows.",
-    },
-    "Multiply the three: processes x micro-batch size x accumulation steps.",
-    doc="Exercise 06.1: 8 processes, micro-batches of 16, k = 4: effective batch 512.",
-)
-
+# Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the first 7
+# backward passes inside it. tests/test_at_scale.py runs it: 16 all-reduces per step.
+ALLREDUCE_BUCKETS, ALLREDUCE_K = 2, 8
 check_allreduces = number_checker(
-    3,
+    ALLREDUCE_BUCKETS * ALLREDUCE_K,
     {
-        24: "24 is every micro-batch synchronizing (8 x 3 buckets): no_sync() skips the "
-        "all-reduce for the first 7.",
-        1: "one synchronized backward, yes, but DDP all-reduces bucket by bucket: 3 "
-        "buckets, 3 all-reduces.",
-        8: "no_sync() removes the synchronization of the first 7 micro-batches; only the "
-        "last backward all-reduces.",
-        21: "21 would be the 7 micro-batches inside no_sync() synchronizing: they do not.",
-        6: "6 counts the last micro-batch's forward and backward as two synchronizations: "
-        "forward only prepares the buckets, the all-reduces run during backward, once per "
-        "bucket.",
-        48: "48 has every micro-batch's forward and backward synchronizing: the forward "
-        "never all-reduces gradients, and no_sync() skips the first 7 backward passes.",
-        2: "2 counts the last micro-batch's forward and backward, one all-reduce each: the "
-        "forward all-reduces nothing, and the backward all-reduces each of the 3 buckets once.",
+        2: "2 is one all-reduce per bucket, what no_sync() gives when the forward runs "
+        "inside it too. Here every forward runs outside no_sync(): DDP prepares the "
+        "all-reduce in forward(), so every backward synchronizes.",
+        8: "8 is one all-reduce per micro-batch (or section 1's count for k = 4): each "
+        "synchronized backward all-reduces each of the 2 buckets, and there are 8 of them.",
+        14: "14 counts only the 7 backward passes inside no_sync() (7 x 2 buckets): the "
+        "last one synchronizes too, as it would anyway.",
+        7: "7 counts one all-reduce for each backward inside no_sync(): all 8 backward passes "
+        "synchronize, each bucket by bucket (2 buckets).",
+        32: "32 counts the forward passes as all-reduces too: the forward only prepares the "
+        "all-reduce, which runs during backward, once per bucket.",
+        1: "1 would be one synchronized backward with one bucket: DDP all-reduces bucket by "
+        "bucket (2 here), and a forward outside no_sync() makes every backward synchronize.",
     },
-    "Only the window's last backward synchronizes, and it all-reduces each bucket once.",
-    doc="Exercise 06.2: k = 8, 3 buckets, forward and backward of the first 7 micro-batches "
-    "inside no_sync(): 3 all-reduces per optimizer step.",
+    "A forward pass outside no_sync() makes its backward synchronize, even inside "
+    "no_sync(): 8 synchronized backward passes, each all-reducing each of the 2 buckets.",
+    doc="Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the "
+    "first 7 backward passes inside it: 16 all-reduces per optimizer step.",
 )
 
 check_trainer_window_loss = number_checker(
@@ -87,7 +69,7 @@ check_trainer_window_loss = number_checker(
         "one with 10 tokens 4.0.",
     },
     "Sum all token losses of the window (2.0 x 30 + 4.0 x 10), then divide by all its tokens (40).",
-    doc="Exercise 06.3: two micro-batches with 30 and 10 counted tokens and mean token "
+    doc="Exercise 07.3 (optional): two micro-batches with 30 and 10 counted tokens and mean token "
     "losses 2.0 and 4.0; with num_items_in_batch the window's loss is (2*30 + 4*10) / 40.",
 )
 
@@ -95,18 +77,25 @@ check_trainer_window_loss = number_checker(
 AMP_CALL = "amp_window(model, optimizer, scaler, window)"
 
 
+WINDOW_SAMPLES = 24  # every window of exercise 07.2 holds 24 samples
+
+
 def _amp_setup():
-    """A model, its optimizer and scaler, and three windows of 3 micro-batches: the first with
-    large gradients (clipping acts), the second with a micro-batch whose targets are infinite
-    (its gradients overflow: the scaler skips the step and halves the scale), the third with
-    small gradients (the division by the window's size shows)."""
+    """A model, its optimizer and scaler, and three windows of 3 micro-batches (24 samples
+    each): the first with large gradients (clipping acts), the second with a micro-batch whose
+    targets are infinite (its gradients overflow: the scaler skips the step and halves the
+    scale), the third with small gradients and micro-batches of 12, 8 and 4 samples (the
+    weighting by samples shows)."""
     from helpers.models import make_mlp
     from helpers.pitfalls import make_teacher_batches
 
     model = make_mlp((8, 32, 1), seed=4)
     batches = make_teacher_batches(n_batches=9, batch_size=8, seed=4)
     overflow = [batches[3], (batches[4][0], torch.full_like(batches[4][1], float("inf")))]
-    windows = [batches[:3], [*overflow, batches[5]], [(x, 0.02 * y) for x, y in batches[6:]]]
+    inputs, targets = (torch.cat(part) for part in zip(*batches[6:], strict=True))
+    uneven = list(zip(inputs.split([12, 8, 4]), (0.02 * targets).split([12, 8, 4]), strict=True))
+    windows = [batches[:3], [*overflow, batches[5]], uneven]
+    assert all(sum(len(y) for _, y in w) == WINDOW_SAMPLES for w in windows)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     return model, optimizer, torch.amp.GradScaler("cpu", init_scale=2.0**12), windows
 
@@ -260,9 +249,14 @@ def _placeholder_left(function: Callable) -> bool:
 AMP_RTOL, AMP_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7 (README)
 AMP_MAX_NORM = 1.0
 AMP_MISTAKES = {
-    "no division": "each micro-batch's loss must be divided by the window's size "
-    "(len(window)): without it the window's gradient is the sum, not the mean, of its "
-    "micro-batches' gradients.",
+    "micro-batch count": "each micro-batch's mean loss was divided by the number of "
+    "micro-batches (len(window)): the third window's micro-batches hold 12, 8 and 4 samples, "
+    "and that gives the 4 samples of the last as much weight as the 12 of the first. Weight "
+    "each by its share of the window's samples: F.mse_loss(...) * len(targets) / samples, "
+    "with samples the window's total.",
+    "no division": "each micro-batch's loss must be weighted by its share of the window's "
+    "samples (len(targets) / samples, the window's total): without it the window's gradient "
+    "is the sum, not the mean, of its micro-batches' gradients.",
     "no clip": "the accumulated gradient was not clipped: after scaler.unscale_(optimizer), "
     "nn.utils.clip_grad_norm_(model.parameters(), 1.0), once per window.",
 }
@@ -275,8 +269,10 @@ def _amp_reference(windows, mistake: str | None = None):
     model, optimizer, scaler, _ = _amp_setup()
     k = len(windows[0])
 
-    def loss_fn(outputs, targets):  # "no division": k times the window's mean
-        return F.mse_loss(outputs, targets) * (k if mistake == "no division" else 1)
+    def loss_fn(outputs, targets):  # train_accumulating weights it by len(targets) / 24
+        share = {"micro-batch count": 1 / k, "no division": 1}.get(mistake)
+        mean = F.mse_loss(outputs, targets)
+        return mean if share is None else mean * share * WINDOW_SAMPLES / len(targets)
 
     train_accumulating(
         model, optimizer, [b for w in windows for b in w], k, loss_fn=loss_fn,
@@ -287,7 +283,7 @@ def _amp_reference(windows, mistake: str | None = None):
 
 @checker
 def check_amp_window(amp_window: object) -> CheckResult:
-    """Exercise 06.4: ``amp_window(model, optimizer, scaler, window)`` runs one accumulation
+    """Exercise 07.2: ``amp_window(model, optimizer, scaler, window)`` runs one accumulation
     window with a GradScaler (bfloat16 autocast on the CPU, MSE loss, clipping to norm 1.0).
     Over three windows (the second one overflows) it must match the course's
     ``train_accumulating``, with no finding from the loop auditor (but for one backward per
@@ -356,8 +352,8 @@ def check_amp_window(amp_window: object) -> CheckResult:
         moved, should = (got - start).norm().item(), (expected - start).norm().item()
         return wrong(
             f"the weights moved by {moved:.4g}, the course's windows by {should:.4g}: scale "
-            "each micro-batch loss (divided by the window's size), unscale_ once, clip to "
-            "1.0, step and update once."
+            "each micro-batch loss (weighted by its share of the window's samples), unscale_ "
+            "once, clip to 1.0, step and update once."
         )
     if scaler.get_scale() != ref_scaler.get_scale():
         return wrong("the scale changed differently: call scaler.update() exactly once.")
@@ -372,10 +368,10 @@ def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor
     its last micro-batch's)."""
     if torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
         return correct(
-            "one backward() on the window's summed loss gives the course's weights here (each "
-            "forward in its own autocast block), and the overflowing window was skipped. Note "
-            "the cost: the summed loss keeps every micro-batch's graph in memory until its "
-            "backward, what accumulation's backward per micro-batch avoids."
+            "one backward() of the window's summed loss: its gradient is right (each forward "
+            "in its own autocast block), and the overflowing window was skipped. But it holds "
+            "every micro-batch's graph in memory until that backward, which is not "
+            "accumulation: a backward per micro-batch frees each graph as it goes."
         )
     off = ((got - expected).norm() / (expected - start).norm()).item()
     return wrong(
@@ -385,152 +381,4 @@ def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor
         "adds up in the float32 .grad. A backward after the loop sees only the last "
         "micro-batch's loss; on the window's summed loss, forwards that share one autocast "
         "block add their gradients in bfloat16 (its cached bfloat16 copies of the weights)."
-    )
-
-
-CAPSTONE_CALL = "train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps)"
-CAPSTONE_RTOL, CAPSTONE_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7
-CAPSTONE_FINDING_HINTS = {
-    "leftover-gradients": "the short last window was never stepped: after the full windows, "
-    "the remaining micro-batches (1 here) make a window of their own, stepped like the others.",
-    "window-length": "the windows do not hold accumulation_steps micro-batches each (only "
-    "the last may be short): take micro_batches[start:start + accumulation_steps] for start "
-    "in range(0, len(micro_batches), accumulation_steps).",
-}
-
-
-def _capstone_error_hint(error: capstone.CapstoneRunError, timeout: float) -> str:
-    if error.kind == "timeout":
-        return (
-            f"the 2 processes did not finish within {timeout:g} s and were stopped: one rank "
-            "waits in a collective that the other never reaches. Every rank must call "
-            "dist.all_reduce the same number of times, and run the DDP model's forward and "
-            "backward on each of its micro-batches."
-        )
-    if error.kind == "failed":
-        return f"the 2-process run failed: {error.message}"
-    if any(word in error.message for word in ("gloo", "Connection reset", "Connection closed")):
-        return (
-            "the 2 processes' collective calls did not match (gloo reported: "
-            f"{_short(error.message)}): every rank must call dist.all_reduce "
-            "the same number of times, on tensors of the same shape, and run the DDP model's "
-            "forward and backward on each of its micro-batches."
-        )
-    hint = scaler_error_hint(error.message, error.calls)
-    if hint != error.message:
-        return hint
-    if "is not defined" in error.message:
-        return (
-            f"{error.message} The check runs your function's source alone, in 2 fresh "
-            f"processes: only {capstone.PREAMBLE_NAMES} are there, nothing from other cells."
-        )
-    return f"{error.message} (in one of the 2 processes)"
-
-
-def _short(message: str) -> str:
-    """A gloo error without its source paths and addresses, its first sentence."""
-    text = re.sub(r"\[[^\]]*\]:?\d*:?\s*", "", message.split("raised ", 1)[-1])
-    return text.split(". ")[0][:160]
-
-
-@checker
-def check_capstone(train_ddp: object, timeout: float = 60) -> CheckResult:
-    """Exercise 06.5 (the capstone): ``train_ddp(model, optimizer, scheduler, scaler,
-    micro_batches, accumulation_steps)`` trains on 2 DDP processes (gloo): windows of
-    ``accumulation_steps`` uneven micro-batches of padded tokens, the last window short; the
-    window's summed token loss divided by its token count over both ranks; a GradScaler;
-    clipping of the unscaled gradient; one scheduler step per window. Its final weights must
-    equal one process trained on both ranks' data (``helpers.capstone.reference_run``), and
-    the loop auditor must find nothing. ``timeout`` bounds the run (a hang is a ❌)."""
-    if is_unanswered(train_ddp):
-        return wrong(NOT_ANSWERED)
-    function = as_function(train_ddp, CAPSTONE_CALL)
-    try:
-        source = capstone.function_source(function)
-    except ValueError as error:
-        return wrong(str(error))
-    if capstone.has_placeholder(source):
-        return wrong("your function still has `...` in it: replace each one with code.")
-    try:
-        results = capstone.run_capstone(function, timeout=timeout)
-    except capstone.CapstoneRunError as error:
-        return wrong(_capstone_error_hint(error, timeout))
-    return _judge_capstone(results)
-
-
-def _judge_capstone(results: dict) -> CheckResult:
-    """The verdict on rank 0's results of :func:`helpers.capstone.run_capstone`."""
-    got = torch.tensor(results["weights"])
-    calls, windows = results["calls"], len(capstone.window_slices(capstone.MICRO_BATCHES))
-    if results["across_ranks"] > 0:
-        return wrong(
-            f"the 2 processes ended with different weights (largest difference "
-            f"{results['across_ranks']:.3g}): run the DDP model itself (model(inputs), not "
-            "model.module), so that its backward all-reduces the gradients."
-        )
-    hint = finding_hint(results["findings"], calls, windows, CAPSTONE_FINDING_HINTS)
-    if hint is not None:
-        return wrong(hint)
-    if "optimizer.step" in calls or "step" not in calls or not torch.isfinite(got).all():
-        return wrong(OPTIMIZER_STEP)
-    steps = calls.count("step")
-    if steps == calls.count("update") == windows - 1:
-        return wrong(CAPSTONE_FINDING_HINTS["leftover-gradients"])
-    if calls.count("update") != windows:
-        return wrong(
-            f"scaler.update() ran {calls.count('update')} times for {windows} windows: once "
-            "per window, after scaler.step(optimizer)."
-        )
-    reference = capstone.reference_run()
-    if results["lrs"] != reference["lrs"]:
-        never = len(set(results["lrs"])) == 1
-        return wrong(
-            f"the steps used the learning rates {results['lrs']}, the course's "
-            f"{reference['lrs']}: "
-            + (
-                "scheduler.step() never ran. "
-                if never
-                else "the scheduler stepped more or less often than once per window. "
-            )
-            + "Call scheduler.step() once per window, after scaler.step(optimizer), the "
-            "skipped window included."
-        )
-    if results["scale"] != reference["scales"][-1]:
-        return wrong(
-            f"the scale ended at {results['scale']:g}, the course's at "
-            f"{reference['scales'][-1]:g}: scale every micro-batch's loss with "
-            "scaler.scale(loss) and call scaler.update() once per window."
-        )
-    if results["allreduces"] != windows * results["buckets"]:
-        return wrong(
-            f"DDP all-reduced the gradients {results['allreduces']} times in {windows} "
-            f"windows, instead of once per bucket ({results['buckets']}) on each window's last "
-            "backward: run the forward and backward of the window's other micro-batches "
-            "inside `with model.no_sync():` (a test of the exercise: it saves communication, "
-            "the weights would be the same)."
-        )
-    if not torch.allclose(got, reference["weights"], rtol=CAPSTONE_RTOL, atol=CAPSTONE_ATOL):
-        norms = {n for n in results["max_norms"] if n != capstone.MAX_NORM and not math.isinf(n)}
-        if norms:
-            return wrong(
-                f"the gradient was clipped at max_norm={min(norms)}: clip the unscaled "
-                f"gradient to max_norm={capstone.MAX_NORM:g}, once per window, after "
-                "scaler.unscale_(optimizer)."
-            )
-        start = capstone.flat_weights(capstone.make_model())
-        should = (reference["weights"] - start).norm()
-        for variant, hint in capstone.VARIANTS.items():
-            if hint and (got - capstone.reference_run(variant)["weights"]).norm() < 0.01 * should:
-                return wrong(hint + ".")
-        return wrong(
-            f"the weights are {((got - reference['weights']).norm() / should).item():.1%} "
-            "(of the distance they moved) away from one process on the whole batch: divide "
-            "each window's summed token loss by its token count over both ranks "
-            "(dist.all_reduce) and multiply by the world size; scale, unscale_, clip to "
-            f"{capstone.MAX_NORM:g}, step and update once per window."
-        )
-    return correct(
-        "on 2 processes, the same weights as one process on the whole batch: token counts "
-        "all-reduced, one all-reduce of the gradients per window, the overflowing window "
-        "skipped, the short last window stepped, clipped and scheduled once per window."
     )

@@ -1,4 +1,4 @@
-"""Exercise 07.4 of notebook 07: repair a loop that steps the optimizer inside backward
+"""Exercise 08.4 of notebook 08: repair a loop that steps the optimizer inside backward
 (optimizer-in-backward), so that it accumulates each window, clips and steps once."""
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def _in_backward() -> bool:
 
 @checker
 def check_repaired_window(train) -> CheckResult:
-    """Exercise 07.4: the loop stepped the optimizer in backward; repaired, it accumulates
+    """Exercise 08.4: the loop stepped the optimizer in backward; repaired, it accumulates
     each window, clips and steps once per window. Judged by the weights against the ordinary
     loop; the steps (when they ran: during a backward, after which micro-batch) name the
     mistake."""

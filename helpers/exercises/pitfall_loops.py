@@ -1,7 +1,7 @@
-"""Notebook 05's five training loops to repair (A to E) and the correct loop for each,
-with what the repair checkers (:mod:`helpers.exercises.pitfalls`) need to run and judge
-them: how each is called, the windows its steps use, the max_norm it clips at, and what
-:func:`helpers.pitfalls.audited_run` gets for it."""
+"""Notebook 06's five training loops to repair (A to E; A, B and C on its main path) and the
+correct loop for each, with what the repair checkers (:mod:`helpers.exercises.pitfalls`) need
+to run and judge them: how each is called, the windows its steps use, the max_norm it clips
+at, and what :func:`helpers.pitfalls.audited_run` gets for it."""
 
 from __future__ import annotations
 
@@ -37,16 +37,7 @@ def loop_b(model, optimizer, batches, scheduler, k=4):
         scheduler.step()
 
 
-def loop_c(model, optimizer, batches):
-    model[-1] = nn.Linear(16, 1)  # a fresh head for the new task
-    for inputs, targets in batches:
-        loss = F.mse_loss(model(inputs), targets)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-
-def loop_d(model, optimizer, batches, k=4):
+def loop_c(model, optimizer, batches, k=4):
     optimizer.zero_grad()
     for i, (inputs, targets) in enumerate(batches):
         loss = F.mse_loss(model(inputs), targets) / k
@@ -57,6 +48,15 @@ def loop_d(model, optimizer, batches, k=4):
     if len(batches) % k != 0:  # the last, short window
         optimizer.step()
         optimizer.zero_grad()
+
+
+def loop_d(model, optimizer, batches):
+    model[-1] = nn.Linear(16, 1)  # a fresh head for the new task
+    for inputs, targets in batches:
+        loss = F.mse_loss(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
 
 
 def loop_e(model, optimizer, batches, scaler):
@@ -96,22 +96,22 @@ def repaired_b(model, optimizer, batches, scheduler, k=4):
         scheduler.step()
 
 
-def repaired_c(model, optimizer, batches):
+def repaired_c(model, optimizer, batches, k=4):
+    for window in windows(batches, k):
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            loss = F.mse_loss(model(inputs), targets) / len(window)
+            loss.backward()
+        optimizer.step()
+
+
+def repaired_d(model, optimizer, batches):
     model[-1] = nn.Linear(16, 1)
     optimizer.add_param_group({"params": model[-1].parameters()})
     for inputs, targets in batches:
         loss = F.mse_loss(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-
-
-def repaired_d(model, optimizer, batches, k=4):
-    for window in windows(batches, k):
-        optimizer.zero_grad()
-        for inputs, targets in window:
-            loss = F.mse_loss(model(inputs), targets) / len(window)
-            loss.backward()
         optimizer.step()
 
 
@@ -140,8 +140,8 @@ N_BATCHES, K = 10, 4
 WINDOWS = {  # the backward passes each step of the correct loop uses
     "A": [1] * N_BATCHES,
     "B": [4, 4, 2],
-    "C": [1] * N_BATCHES,
-    "D": [4, 4, 2],
+    "C": [4, 4, 2],
+    "D": [1] * N_BATCHES,
     "E": [1] * N_BATCHES,
 }
 MAX_NORM = {"B": 5.0, "E": 1.0}
@@ -155,7 +155,7 @@ def _options(name: str) -> dict:
             "accumulation_steps": K,
             "make_scheduler": lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, 0.9),
         }
-    if name == "D":
+    if name == "C":
         return {"accumulation_steps": K}
     if name == "E":
         return {"scaler": torch.amp.GradScaler("cpu", init_scale=2.0**10)}

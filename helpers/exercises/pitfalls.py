@@ -1,5 +1,6 @@
-"""Checkers for notebook 05: repair five short training loops, and predict what clipping
-every micro-batch leaves in ``.grad``.
+"""Checkers for notebooks 05 and 06: predict what clipping every micro-batch leaves in
+``.grad`` (exercise 05.1), and repair five short training loops (exercises 06.2 to 06.6:
+loops A, B and C on the main path, D and E optional).
 
 A repair is run the way the buggy loop was: under the loop auditor, on 10 micro-batches,
 and beside a correct loop on the same data. The checker names each finding the auditor
@@ -11,6 +12,12 @@ clip after the step, a scheduler stepped once per epoch, optimizer.step() in pla
 scaler.step) rather than what it did to a gradient; loop B's division mistakes are told by
 running the correct loop with each of them. Whatever the learner's loop does, the answer is
 a ❌ with a hint, never a traceback.
+
+Loop C (exercise 06.4) also accepts one ``backward()`` per window, on the window's mean loss:
+its gradient is right, and the auditor's ``window-length`` finding (windows of 1 backward
+pass) is then expected. The verdict notes its cost: it holds every micro-batch's graph in
+memory until that backward, which is not accumulation (notebook 07's AMP-window exercise
+agrees).
 
 The loops and their correct versions are in :mod:`helpers.exercises.pitfall_loops`; running
 and recording a loop is :mod:`helpers.exercises.repair_trace`; here, the diagnosis and the
@@ -52,7 +59,7 @@ from helpers.exercises.repair_trace import (
     _unchanged,
     trace,
 )
-from helpers.exercises.repair_trace import record_steps as record_steps  # notebook 05 shows it
+from helpers.exercises.repair_trace import record_steps as record_steps  # notebook 06 shows it
 
 # ---------------------------------------------------------------- what is still wrong
 
@@ -93,12 +100,12 @@ LOOP_FIXES = {
         "stepped: step once more on that short window, its losses divided by its real "
         "length, 2",
     },
-    "D": {
+    "C": {
         "leftover-gradients": "the last 2 of the 10 micro-batches (4 + 4 + 2) are never "
         "stepped: step once more on that short window, its losses divided by its real "
         "length, 2",
     },
-    "C": {
+    "D": {
         "params-not-in-optimizer": "the new head gets gradients but is in no param group "
         "of `optimizer`, so it never moves: add it, optimizer.add_param_group({'params': "
         "model[-1].parameters()}), or keep the head the optimizer already holds and "
@@ -252,7 +259,7 @@ def _window_hint(name: str, step: int, mine: Trace, m: dict, r: dict) -> str:
     if clip is not None:
         return clip
     n = WINDOWS[name][step - 1]
-    what = f"step {step} (a window of {n} micro-batches)" if name in ("B", "D") else f"step {step}"
+    what = f"step {step} (a window of {n} micro-batches)" if name in ("B", "C") else f"step {step}"
     used = f"{what} used a gradient of norm {_norm(m):.4g}, the correct loop's {_norm(r):.4g}"
     if name == "B":
         for divide_by, hint in B_DIVISION_MISTAKES.items():
@@ -264,7 +271,7 @@ def _window_hint(name: str, step: int, mine: Trace, m: dict, r: dict) -> str:
                 "backward() per micro-batch, then clip once and step"
             )
     ratio = _ratio(m, r)
-    if name in ("B", "D"):
+    if name in ("B", "C"):
         if ratio is not None and math.isclose(n / ratio, K, rel_tol=1e-3) and n < K:
             return (
                 f"{used}, {ratio:.2g} times it: the short last window is divided by k={K}, "
@@ -305,20 +312,20 @@ def _same_settings(a: dict | None, b: dict | None) -> bool:
 
 
 START_HINTS = {
-    "C": "make the new head as loop C does, model[-1] = nn.Linear(16, 1) (or reset the "
+    "D": "make the new head as loop D does, model[-1] = nn.Linear(16, 1) (or reset the "
     "old one with model[-1].reset_parameters()), and nothing else random before it",
 }
 SETTINGS_HINTS = {
-    "C": "The new head must train with the optimizer's settings (lr=0.01, momentum=0.9): "
+    "D": "The new head must train with the optimizer's settings (lr=0.01, momentum=0.9): "
     "add_param_group fills them in when you leave them out",
 }
 LAYOUT_HINTS = {
-    "C": "Keep the new head as loop C makes it, model[-1] = nn.Linear(16, 1), with its "
+    "D": "Keep the new head as loop D makes it, model[-1] = nn.Linear(16, 1), with its "
     "weight and its bias, and change no other layer",
 }
 FROZEN_HINTS = {
-    "C": {
-        "trunk": "Loop C fine-tunes the whole model on the new task: the trunk keeps "
+    "D": {
+        "trunk": "Loop D fine-tunes the whole model on the new task: the trunk keeps "
         "training beside the new head. Leave requires_grad as it is, and only add the new "
         "head to the optimizer",
         "head": "The new head must train: leave requires_grad as it is, and add the head "
@@ -326,7 +333,7 @@ FROZEN_HINTS = {
     },
 }
 REPLACED_HINTS = {
-    "C": "the head is replaced in every iteration, so each step trains a fresh random head "
+    "D": "the head is replaced in every iteration, so each step trains a fresh random head "
     "that the next iteration throws away (the optimizer keeps stepping the old ones): make "
     "the new head once, before the loop",
 }
@@ -553,21 +560,25 @@ OPTIMIZER_STEP = (
 
 PASSED = {
     "A": "the auditor reports nothing, every step used the correct loop's gradients, and "
-    "the loop returns the mean loss, {result:.4f}: a number, not a tensor holding every "
-    "iteration's graph.",
+    "the loop returns the mean loss, {result:.4f}, without keeping any iteration's graph.",
     "B": "3 steps on windows of 4, 4 and 2, each the mean of its micro-batches, clipped "
     "once and followed by one scheduler.step(): the correct loop's weights.",
-    "C": "the new head is in the optimizer and trains: the correct loop's weights.",
-    "D": "every window is divided by its own length, so the tail gets its whole gradient: "
-    "the correct loop's weights. The auditor was silent on loop D; only the gradients "
+    "D": "the new head is in the optimizer and trains: the correct loop's weights.",
+    "C": "every window is divided by its own length, so the tail gets its whole gradient: "
+    "the correct loop's weights. The auditor was silent on loop C; only the gradients "
     "showed what was wrong.",
+    "C, one backward": "one backward() of each window's mean loss, divided by the window's "
+    "own length: every step used the correct loop's gradient, the tail included, and the "
+    "auditor's window-length finding only says that each step used 1 backward pass. Note the "
+    "cost: the mean loss holds every micro-batch's graph in memory until that backward, so "
+    "this is not accumulation, which frees each micro-batch's graph by its own backward().",
     "E": "unscale_ before clipping: every step used a gradient clipped to norm 1 in true "
     "units, the correct loop's weights.",
 }
 
 
 def check_repair(name: str, answer) -> CheckResult:
-    """Exercises 05.2 to 05.6: ``answer`` is loop ``name`` ("A" to "E"), repaired."""
+    """Exercises 06.2 to 06.6: ``answer`` is loop ``name`` ("A" to "E"), repaired."""
     name = _name(name)
     return _check_repair(name, answer)
 
@@ -596,6 +607,8 @@ def _check_repair(name: str, answer) -> CheckResult:
             f"the check could not follow your loop to the end ({type(error).__name__}: "
             f"{error}). Start again from loop {name} as given, and change only what is wrong."
         )
+    if problem is ONE_BACKWARD:
+        return correct(f"Loop {name}: " + PASSED[f"{name}, one backward"])
     if problem is not None:
         return wrong(problem)
     return correct(f"Loop {name}: " + PASSED[name].format(result=_reference(name).run.result))
@@ -624,10 +637,28 @@ def _extra_lands_in_a_number(name: str, loop: Callable) -> str | None:
     )
 
 
+# _problem's verdict on a correct loop C with one backward() per window (not an error).
+ONE_BACKWARD = "one backward() per window"
+
+
+def _one_backward_per_window(name: str, mine: Trace, ref: Trace) -> bool:
+    """Loop C run with one backward() per step, as many steps as the correct loop: the
+    window's loss backpropagated once (the auditor then reports window-length only)."""
+    audit = mine.run.auditor
+    return (
+        name == "C"
+        and mine.run.codes == ["window-length"]
+        and audit.steps == audit.backward_passes == len(ref.steps)
+    )
+
+
 def _problem(name: str, loop: Callable) -> str | None:
-    """What is still wrong with the learner's ``loop`` (a repair of loop ``name``), or None."""
+    """What is still wrong with the learner's ``loop`` (a repair of loop ``name``), None, or
+    ONE_BACKWARD (loop C right, with one backward() per window)."""
     mine, ref = trace(name, _as_learner(loop)), _reference(name)
-    given = f"This is still loop {name} as given. " if _unchanged(loop, LOOPS[name]) else ""
+    if _unchanged(loop, LOOPS[name]):
+        return _as_given(name, mine, ref)
+    given = ""
     if not mine.steps:
         return given + (
             "The optimizer your loop was given never stepped, yet the weights moved: it "
@@ -641,6 +672,14 @@ def _problem(name: str, loop: Callable) -> str | None:
         return given + frozen + "."
     if name == "E" and "scale" not in mine.scaler_calls:
         return given + NO_SCALE + "."
+    if _one_backward_per_window(name, mine, ref):
+        difference = _difference(name, mine, ref)
+        if difference is None:
+            return ONE_BACKWARD
+        return given + (
+            "One backward() per window, on the window's loss, is allowed here (the auditor's "
+            "window-length finding then says only that), but " + difference + "."
+        )
     if mine.run.codes:
         findings = [f"{code}: {_fix(name, code)}{_which(code, mine)}." for code in mine.run.codes]
         count = f"{len(findings)} findings. " if len(findings) > 1 else ""
@@ -653,28 +692,68 @@ def _problem(name: str, loop: Callable) -> str | None:
     return None
 
 
+def _as_given(name: str, mine: Trace, ref: Trace) -> str:
+    """The verdict on loop ``name`` as given: how many problems the auditor finds, never
+    which or their fix (finding them is the exercise; :func:`audit_loop` shows the report).
+    A loop the auditor is silent on gets the first step whose gradient differs."""
+    codes = mine.run.codes
+    if codes:
+        count = "1 problem" if len(codes) == 1 else f"{len(codes)} problems"
+        them = "it" if len(codes) == 1 else "them"
+        return (
+            f"This is loop {name} as given: the auditor finds {count} in it. Find {them}: "
+            f"`print(audit_loop({LOOPS[name].__name__}))` prints the auditor's report (after "
+            f"`from helpers.exercises.pitfalls import audit_loop`). Fix {them}, and check again."
+        )
+    for step, (m, r) in enumerate(zip(mine.steps, ref.steps, strict=False), 1):
+        if not all(_close(m[p][0], r[p][0]) for p in r):
+            return (
+                f"This is loop {name} as given: the auditor finds nothing in it, yet step "
+                f"{step} used a gradient of norm {_norm(m):.4g}, the correct loop's "
+                f"{_norm(r):.4g}. Find why, fix it, and check again."
+            )
+    return f"This is loop {name} as given: it differs from the correct loop. Repair it."
+
+
+def audit_loop(loop: Callable, name: str | None = None):
+    """Run ``loop`` (one of notebook 06's loops to repair, as given or changed) the way its
+    checker does, under the loop auditor, and return the auditor: ``print(audit_loop(loop_b))``
+    shows its findings. ``name`` ("A" to "E") defaults to the letter in ``loop_b``."""
+    if not callable(loop):
+        raise TypeError("pass the loop itself, the function: audit_loop(loop_b)")
+    if name is None:
+        letter = getattr(loop, "__name__", "").removeprefix("loop_")
+        if letter.upper() not in LOOPS:
+            raise ValueError(
+                "say which loop this is: audit_loop(my_loop, 'B') for a repair of loop B"
+            )
+        name = letter
+    name = _name(name)
+    return trace(name, _as_learner(loop)).run.auditor
+
+
 def check_repair_a(answer) -> CheckResult:
-    """Exercise 05.2: loop A, repaired."""
+    """Exercise 06.2: loop A, repaired."""
     return check_repair("A", answer)
 
 
 def check_repair_b(answer) -> CheckResult:
-    """Exercise 05.3: loop B, repaired."""
+    """Exercise 06.3: loop B, repaired."""
     return check_repair("B", answer)
 
 
 def check_repair_c(answer) -> CheckResult:
-    """Exercise 05.4: loop C, repaired."""
+    """Exercise 06.4: loop C, repaired."""
     return check_repair("C", answer)
 
 
 def check_repair_d(answer) -> CheckResult:
-    """Exercise 05.5: loop D, repaired."""
+    """Exercise 06.5 (optional): loop D, repaired."""
     return check_repair("D", answer)
 
 
 def check_repair_e(answer) -> CheckResult:
-    """Exercise 05.6: loop E, repaired."""
+    """Exercise 06.6 (optional): loop E, repaired."""
     return check_repair("E", answer)
 
 

@@ -1,4 +1,4 @@
-"""How notebook 05's repair checkers run a loop: under the loop auditor, on 10
+"""How notebook 06's repair checkers run a loop: under the loop auditor, on 10
 micro-batches, from the same seeded model and random state as the correct loop, recording
 what every optimizer step used (:func:`record_steps`), the clip_grad_norm_ calls, the
 scheduler's steps and the GradScaler's calls, in a :class:`Trace`."""

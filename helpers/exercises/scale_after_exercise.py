@@ -1,4 +1,4 @@
-"""Exercise 07.2 of notebook 07: write the scale-after-accumulating window. The checker runs
+"""Exercise 08.2 of notebook 08: write the scale-after-accumulating window. The checker runs
 the learner's window as the only rank and as rank 0 of 2 (the other rank emulated), with a
 read-once loader and a stand-in all_reduce, and names the mistake from the weights, the
 count all-reduced and the norm clipping saw."""
@@ -448,7 +448,7 @@ def _diagnose_by_norm(world: int, report: dict, counts: list[dict], k: int) -> s
 
 @checker
 def check_scale_after_window(scale_after_window) -> CheckResult:
-    """Exercise 07.2: one rank's window, scaled after accumulating. Run as rank 0 of 1 and
+    """Exercise 08.2: one rank's window, scaled after accumulating. Run as rank 0 of 1 and
     of 2 (the other rank emulated), two windows each, against one process."""
     if is_unanswered(scale_after_window):
         return wrong(NOT_ANSWERED)
@@ -492,10 +492,10 @@ def check_scale_after_window(scale_after_window) -> CheckResult:
             f"count, multiply the gradients by world_size / count, clip to {MAX_NORM:g}, step."
         )
     note = ""
-    if any(n > 1 for n in synced):
+    if all(n == 1 for n in synced):
         note = (
-            f" (Your window synchronized {max(synced)} backward passes: the gradients are "
-            "right, but no_sync() on all but the last micro-batch sends them once.)"
+            " (With no_sync() on all but the last micro-batch, your window all-reduced the "
+            "gradients once: the same gradient, fewer all-reduces.)"
         )
     return correct(
         "the same weights as one process, on 1 rank and on 2 with uneven token counts: sums "

@@ -1,4 +1,4 @@
-"""What the checkers of notebook 07 record while a learner's window runs: the norm each
+"""What the checkers of notebook 08 record while a learner's window runs: the norm each
 ``clip_grad_norm_`` call saw, and a stop with a hint from the check's stand-ins."""
 
 from __future__ import annotations
