@@ -16,9 +16,9 @@ neighbour) cancels, and one round disturbed by a passing load is outvoted. Peak 
 maximum over rounds.
 
 Budget per notebook: extra time within EXTRA_SECONDS (5 s; a notebook named in
-EXTRA_SECONDS_FOR gets its own: 07 and 09 each start a 2-process run, about 2.5 s of start-up on
-one core, 7 s; 08 starts one for all its multi-process sections and compiles, 10 s), peak
-memory within MEMORY_FACTOR (2x) the floor's peak.
+EXTRA_SECONDS_FOR gets its own: 07 starts a 2-process run, about 2.5 s of start-up on one core,
+7 s; 08 starts one for all its multi-process sections and compiles, 10 s), peak memory within
+MEMORY_FACTOR (2x) the floor's peak.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ EXTRA_SECONDS = 5.0
 EXTRA_SECONDS_FOR = {
     "07_accumulation_at_scale.ipynb": 7.0,
     "08_training_stacks.ipynb": 10.0,
-    "09_capstone.ipynb": 7.0,
 }
 MEMORY_FACTOR = 2.0
 DEFAULT_ROUNDS = 3
