@@ -60,6 +60,7 @@ from helpers.exercises.repair_trace import (
     trace,
 )
 from helpers.exercises.repair_trace import record_steps as record_steps  # notebook 06 shows it
+from helpers.pitfalls import train
 
 # ---------------------------------------------------------------- what is still wrong
 
@@ -483,14 +484,8 @@ def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
 
 
 def _loop_a_losses(model, optimizer, batches):
-    losses = []
-    for inputs, targets in batches:
-        optimizer.zero_grad()
-        loss = F.mse_loss(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    """Loop A as it should be: notebook 05's correct loop, one epoch, its losses as numbers."""
+    return train(model, optimizer, batches, epochs=1)
 
 
 @cache
