@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from helpers.data import Batch, _positive_int, check_batches
+from helpers.arguments import positive_int
+from helpers.data import Batch, check_batches
 from helpers.training import trainable_parameters
 
 NORMALIZATIONS = ("samples", "tokens")
@@ -127,7 +128,7 @@ def backward_window(model, loss_fn, window, counts, reduction, device) -> float:
 def windows(loader: Iterable[Batch], accumulation_steps: int) -> Iterable[list[Batch]]:
     """Group consecutive micro-batches into windows of ``accumulation_steps``; the last
     window keeps whatever is left (it is not dropped)."""
-    _positive_int(accumulation_steps, "accumulation_steps")
+    positive_int(accumulation_steps, "accumulation_steps")
     window: list[Batch] = []
     for batch in loader:
         window.append(batch)
@@ -221,8 +222,8 @@ def tail_window_error(
     """Split a data set into micro-batches and windows as a loader would, accumulate the last
     (possibly short) window with ``scaling``, and compare with that window as one batch
     (mean cross-entropy). Returns the sizes involved and the relative gradient error."""
-    _positive_int(micro_batch_size, "micro_batch_size")
-    _positive_int(accumulation_steps, "accumulation_steps")
+    positive_int(micro_batch_size, "micro_batch_size")
+    positive_int(accumulation_steps, "accumulation_steps")
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
     micro = list(zip(inputs.split(micro_batch_size), labels.split(micro_batch_size), strict=True))

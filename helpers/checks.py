@@ -199,7 +199,7 @@ def as_function(answer: object, call: str) -> Callable:
 
 
 # What an exception raised inside a learner's loop usually means, by a fragment of its
-# message (first match wins). Checked by tests/test_checks.py, one case each.
+# message (first match wins). Checked by tests/core/test_checks.py, one case each.
 MEANINGS = {
     "backward through the graph a second time": "A second backward() went through a graph "
     "that the first one freed: compute a fresh loss (a new forward pass) before each "

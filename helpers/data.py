@@ -7,15 +7,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from helpers.arguments import positive_int
+
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
-    return value
 
 
 def check_batches(batches, *, argument: str, item: str, empty: str) -> list[Batch]:
@@ -49,8 +43,8 @@ def make_article_setup(
     run; here the model is made right after the data, from the same seeded stream. The
     global random state is left as it was.
     """
-    _positive_int(n_samples, "n_samples")
-    _positive_int(n_features, "n_features")
+    positive_int(n_samples, "n_samples")
+    positive_int(n_features, "n_features")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inputs = torch.randn(n_samples, n_features)
@@ -64,7 +58,7 @@ def split_batches(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) 
     ``X[i*20:(i+1)*20]``; the last batch is shorter when ``batch_size`` does not divide."""
     if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
         raise TypeError("inputs and targets must be tensors")
-    _positive_int(batch_size, "batch_size")
+    positive_int(batch_size, "batch_size")
     if len(inputs) == 0:
         raise ValueError("inputs is empty: give at least one sample")
     if len(inputs) != len(targets):
@@ -84,8 +78,8 @@ def make_padded_tokens(
     """Random token sequences of random lengths (1 to ``max_length``), padded: returns
     ``tokens`` and ``targets`` of shape (n_sequences, max_length), where targets past each
     sequence's end are ``pad`` (ignored by ``nn.CrossEntropyLoss``), and the lengths."""
-    _positive_int(n_sequences, "n_sequences")
-    _positive_int(max_length, "max_length")
+    positive_int(n_sequences, "n_sequences")
+    positive_int(max_length, "max_length")
     generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, max_length + 1, (n_sequences,), generator=generator).tolist()
     tokens = torch.randint(0, vocab, (n_sequences, max_length), generator=generator)
@@ -93,3 +87,21 @@ def make_padded_tokens(
     for row, length in enumerate(lengths):
         targets[row, length:] = pad
     return tokens, targets, lengths
+
+
+def make_teacher_batches(
+    n_batches: int = 12, batch_size: int = 8, features: int = 8, seed: int = 0
+) -> list[Batch]:
+    """Regression batches with something to learn: ``y = x @ w + 0.1 * noise`` for a fixed
+    random ``w`` (seeded, the global random state untouched)."""
+    for value, name in (
+        (n_batches, "n_batches"),
+        (batch_size, "batch_size"),
+        (features, "features"),
+    ):
+        positive_int(value, name)
+    generator = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(features, 1, generator=generator)
+    inputs = torch.randn(n_batches * batch_size, features, generator=generator)
+    targets = inputs @ teacher + 0.1 * torch.randn(len(inputs), 1, generator=generator)
+    return list(zip(inputs.split(batch_size), targets.split(batch_size), strict=True))

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
-from helpers.data import _positive_int
+from helpers.arguments import positive_int
 
 
 def grad_bytes(params: Iterable[torch.Tensor]) -> int:
@@ -37,7 +37,7 @@ def median_seconds_each(
         setup is not None and not callable(setup)
     ):
         raise TypeError("actions and setup must be functions taking no arguments")
-    _positive_int(repeats, "repeats")
+    positive_int(repeats, "repeats")
     times: dict[str, list[float]] = {name: [] for name in actions}
     for run in range(repeats + 1):
         for name, action in actions.items():

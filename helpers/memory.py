@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from helpers.data import _positive_int
+from helpers.arguments import positive_int
 from helpers.models import TwoHeads, make_mlp
 
 
@@ -112,7 +112,7 @@ def measure_step_memory(
     if not batch_sizes:
         raise ValueError("batch_sizes is empty: give at least one micro-batch size")
     for size in batch_sizes:
-        _positive_int(size, "each batch size")
+        positive_int(size, "each batch size")
     runs = [(workload, size) for size in batch_sizes]
     return _measure(widths, runs, _memory_device(device))
 
@@ -132,7 +132,7 @@ def compare_step_memory(
     builders = {_workload(name)[0] for name in workloads}
     if len(builders) > 1:
         raise ValueError(f"workloads {workloads} build different models: compare one at a time")
-    _positive_int(batch_size, "batch_size")
+    positive_int(batch_size, "batch_size")
     runs = [(name, batch_size) for name in workloads]
     return dict(zip(workloads, _measure(widths, runs, _memory_device(device)), strict=True))
 

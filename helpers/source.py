@@ -1,5 +1,5 @@
 """Show the code that runs: a notebook prints a helper's source with :func:`show_source`,
-so what the learner reads is what the course executes (tests/test_shown_sources.py)."""
+so what the learner reads is what the course executes (tests/course/test_shown_sources.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from helpers.data import Batch, _positive_int, check_batches
+from helpers.arguments import positive_int
+from helpers.data import Batch, check_batches
 
 
 @dataclass
@@ -63,7 +64,7 @@ def train_steps(
         item="batch",
         empty="batches is empty: give at least one (inputs, targets) pair",
     )
-    _positive_int(steps, "steps")
+    positive_int(steps, "steps")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     if momentum < 0 or dampening < 0:

@@ -1,7 +1,7 @@
 """The Python and torch versions the course runs on, stated once.
 
 Every other place that names a minimum reads it from here or is checked against it by
-``tests/test_versions.py``: ``pyproject.toml`` (the package's floor), ``requirements.txt`` and
+``tests/core/test_versions.py``: ``pyproject.toml`` (the package's floor), ``requirements.txt`` and
 ``binder/requirements.txt`` (the whole course), notebook 00's report, every notebook's setup
 cell and the README.
 

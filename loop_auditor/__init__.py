@@ -16,7 +16,7 @@ import re as _re
 import torch as _torch
 
 # The oldest torch the auditor runs on: its whole test suite passes on torch 2.3.0 (the course's
-# floor, helpers/versions.py's TORCH_FLOOR; tests/test_versions.py keeps them equal).
+# floor, helpers/versions.py's TORCH_FLOOR; tests/core/test_versions.py keeps them equal).
 TORCH_MINIMUM = (2, 3)
 
 

@@ -23,7 +23,7 @@ from loop_auditor.session import AuditSession
 FINDINGS_STATUS = 3
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--accumulation-steps",
-        type=_positive_int,
+        type=positive_int,
         metavar="K",
         help="micro-batches per optimizer step the script intends (default: 1)",
     )

@@ -11,6 +11,21 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 BRANCH = "main"
 
+# Each notebook's own code lives in a folder of helpers/ named after it (README, "For
+# contributors"); what two or more notebooks share is the core, helpers/*.py.
+HELPER_FOLDERS = {
+    "00_setup_check.ipynb": "setup_check",
+    "01_autograd_accumulates.ipynb": "autograd_accumulates",
+    "02_zero_grad_internals.ipynb": "zero_grad_internals",
+    "03_gradient_accumulation.ipynb": "gradient_accumulation",
+    "04_several_losses.ipynb": "several_losses",
+    "05_pitfalls.ipynb": "pitfalls",
+    "06_loop_auditor.ipynb": "audit_and_repair",
+    "07_accumulation_at_scale.ipynb": "at_scale",
+    "08_training_stacks.ipynb": "training_stacks",
+    "09_capstone.ipynb": "capstone",
+}
+
 
 def notebook_paths() -> list[Path]:
     """The course notebooks in order: ``notebooks/NN_name.ipynb``."""

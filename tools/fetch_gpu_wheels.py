@@ -11,7 +11,7 @@ lacks, pinned to one version each (the versions the CPU test environment uses), 
 for CPython 3.12 on manylinux x86_64, downloaded with ``--no-deps`` (every dependency is
 listed). Never torch, triton or nvidia-*: the machine's own CUDA build stays.
 ``tools/gpu_suite.sh`` installs them with ``pip install --no-deps --target`` and checks the
-folder with ``--check`` first. tests/test_gpu_suite.py checks that ``WHEELS`` is exactly
+folder with ``--check`` first. tests/tools/test_gpu_suite.py checks that ``WHEELS`` is exactly
 the dependency closure of ``ROOTS`` less ``MACHINE_HAS``.
 """
 
@@ -51,10 +51,10 @@ ROOTS = (
     "torch",  # the machine's own
     "nbconvert",  # tools/build_site.py (its tests are skipped there, but tools/ is imported)
     "mistune",  # tools/build_site.py
-    "ruff",  # tests/test_repository.py runs `python -m ruff`
-    "packaging",  # tools/gpu_suite_checks.py, tests/test_gpu_suite.py
+    "ruff",  # tests/course/test_repository.py runs `python -m ruff`
+    "packaging",  # tools/gpu_suite_checks.py, tests/tools/test_gpu_suite.py
 )
-"""What the suite uses directly (tests/test_gpu_suite.py checks its imports against this)."""
+"""What the suite uses directly (tests/tools/test_gpu_suite.py checks its imports against this)."""
 
 MACHINE_HAS = (
     "hypothesis",

@@ -23,19 +23,19 @@ ROOT=$PWD
 
 # Test files that need what the CUDA machine has not (the rest of tests/ and every notebook run).
 SKIP_FILES=(
-    tests/test_browser.py # JupyterLab in Chromium through Selenium and chromedriver
-    tests/test_colab.py   # ipywidgets 7 in build/ipywidgets7, the course as a git clone
-    tests/test_frameworks_real.py # real Lightning, Accelerate and Transformers runs, on the CPU
-    tests/test_audit_real_code.py # a real Accelerator and Lightning Trainer, on the CPU
-    tests/test_site.py    # the site bundles KaTeX and lunr.js, fetched with npm
-    tests/test_site_browser.py # the site in Chromium through Selenium
+    tests/tools/test_browser.py # JupyterLab in Chromium through Selenium and chromedriver
+    tests/tools/test_colab.py   # ipywidgets 7 in build/ipywidgets7, the course as a git clone
+    tests/at_scale/test_frameworks_real.py # real Lightning, Accelerate and Transformers runs, on the CPU
+    tests/loop_auditor/test_audit_real_code.py # a real Accelerator and Lightning Trainer, on the CPU
+    tests/tools/test_site.py    # the site bundles KaTeX and lunr.js, fetched with npm
+    tests/tools/test_site_browser.py # the site in Chromium through Selenium
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.
 DRY_RUN_TESTS=(
-    tests/test_gpu_suite.py
-    tests/test_gpu_paths.py
-    tests/test_device.py
+    tests/tools/test_gpu_suite.py
+    tests/course/test_gpu_paths.py
+    tests/core/test_device.py
     notebooks/00_setup_check.ipynb
 )
 WHEEL_DIR=.whl

@@ -226,7 +226,8 @@ def _notebook_path(classname: str) -> Path | None:
 
 
 def _python_test_path(classname: str) -> list[str]:
-    """``tests.test_checks.TestX`` (junit's classname) -> ``["tests/test_checks.py", "TestX"]``."""
+    """``tests.core.test_checks.TestX`` (junit's classname) -> ``["tests/core/test_checks.py",
+    "TestX"]``."""
     parts = classname.split(".") if classname else []
     for end in range(len(parts), 0, -1):
         path = "/".join(parts[:end]) + ".py"

@@ -11,10 +11,11 @@ In each environment:
 - nbval runs every notebook that this torch runs (by ``helpers/versions.py``), with all its
   checks, and compares every output with the committed one; only the PyTorch message texts
   listed in ``tools/torch_message_texts.cfg`` may differ;
-- ``tests/test_torch_range.py`` checks that every notebook this torch does not run stops at
+- ``tests/course/test_torch_range.py`` checks that every notebook this torch does not run stops at
   its setup cell with the message that names the torch it needs;
-- on the newest release, the notebook checks and the solutions too (``tests/test_notebooks.py``,
-  ``tests/test_solutions.py``).
+- on the newest release, the notebook checks and the solutions too
+(``tests/course/test_notebooks.py``,
+  ``tests/course/test_solutions.py``).
 
 An environment gets ``torch==X`` from PyPI (a CUDA build on Linux, which runs on the CPU), with
 ``PIP_CONFIG_FILE=/dev/null`` so that a machine-wide pip setting cannot cap or redirect it,
@@ -52,7 +53,7 @@ SANITIZER = ROOT / "tools" / "torch_message_texts.cfg"
 # (JupyterLab too: notebook 00's report fails without it).
 COURSE_PACKAGES = ("jupyterlab", "matplotlib", "ipywidgets")
 TEST_PACKAGES = ("pytest", "nbval", "nbformat", "jupyter_client")
-NEWEST_TESTS = ("tests/test_notebooks.py", "tests/test_solutions.py")
+NEWEST_TESTS = ("tests/course/test_notebooks.py", "tests/course/test_solutions.py")
 MARKERS = "not browser and not colab"  # the default run's, with torch_range
 
 
@@ -131,7 +132,7 @@ def check(torch: str, python_version: tuple[int, ...], newest: bool, keep: bool)
             str(env_python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
             "--nbval-sanitize-with", str(SANITIZER.relative_to(ROOT)),
             "-m", MARKERS,
-            *notebooks, "tests/test_torch_range.py", *(NEWEST_TESTS if newest else ()),
+            *notebooks, "tests/course/test_torch_range.py", *(NEWEST_TESTS if newest else ()),
         ]  # fmt: skip
         print("+", " ".join(command), flush=True)
         status = subprocess.run(command, cwd=ROOT)

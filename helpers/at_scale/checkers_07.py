@@ -1,0 +1,384 @@
+"""Checkers for notebook 07, accumulation at scale (its hints on GradScaler and loop-auditor
+findings are shared with notebook 09's capstone, :mod:`helpers.capstone.checkers_09`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional as F
+
+from helpers import learner_code
+from helpers.at_scale.amp_and_clipping import train_accumulating
+from helpers.audit import LoopAuditor
+from helpers.checks import (
+    NOT_ANSWERED,
+    CheckResult,
+    LearnerCodeError,
+    as_function,
+    call_learner,
+    checker,
+    correct,
+    is_unanswered,
+    number_checker,
+    wrong,
+)
+from helpers.models import flat_weights
+from helpers.spies import ClipSpy, ScalerSpy
+
+# Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the first 7
+# backward passes inside it. tests/at_scale/test_at_scale.py runs it: 16 all-reduces per step.
+ALLREDUCE_BUCKETS, ALLREDUCE_K = 2, 8
+check_allreduces = number_checker(
+    ALLREDUCE_BUCKETS * ALLREDUCE_K,
+    {
+        2: "2 is one all-reduce per bucket, what no_sync() gives when the forward runs "
+        "inside it too. Here every forward runs outside no_sync(): DDP prepares the "
+        "all-reduce in forward(), so every backward synchronizes.",
+        8: "8 is one all-reduce per micro-batch (or section 1's count for k = 4): each "
+        "synchronized backward all-reduces each of the 2 buckets, and there are 8 of them.",
+        14: "14 counts only the 7 backward passes inside no_sync() (7 x 2 buckets): the "
+        "last one synchronizes too, as it would anyway.",
+        7: "7 counts one all-reduce for each backward inside no_sync(): all 8 backward passes "
+        "synchronize, each bucket by bucket (2 buckets).",
+        32: "32 counts the forward passes as all-reduces too: the forward only prepares the "
+        "all-reduce, which runs during backward, once per bucket.",
+        1: "1 would be one synchronized backward with one bucket: DDP all-reduces bucket by "
+        "bucket (2 here), and a forward outside no_sync() makes every backward synchronize.",
+    },
+    "A forward pass outside no_sync() makes its backward synchronize, even inside "
+    "no_sync(): 8 synchronized backward passes, each all-reducing each of the 2 buckets.",
+    doc="Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the "
+    "first 7 backward passes inside it: 16 all-reduces per optimizer step.",
+)
+
+check_trainer_window_loss = number_checker(
+    2.5,
+    {
+        3.0: "3.0 is the mean of the two means, the Trainer's loss before the fix: every "
+        "micro-batch weighs the same, whatever its number of tokens.",
+        6.0: "6.0 adds the two means: the window's loss is divided by its 40 tokens.",
+        100.0: "100 is the sum of the token losses; divide it by num_items_in_batch = 40.",
+        50.0: "50 divides the window's summed token loss (100) by its 2 micro-batches: "
+        "num_items_in_batch counts tokens, 40 of them.",
+        1.5: "1.5 is only the first micro-batch's share (2.0 x 30 / 40): add the second "
+        "one's, 4.0 x 10 / 40.",
+        3.5: "3.5 swaps the weights: the micro-batch with 30 tokens has the mean 2.0, the "
+        "one with 10 tokens 4.0.",
+    },
+    "Sum all token losses of the window (2.0 x 30 + 4.0 x 10), then divide by all its tokens (40).",
+    doc="Exercise 07.3 (optional): two micro-batches with 30 and 10 counted tokens and mean token "
+    "losses 2.0 and 4.0; with num_items_in_batch the window's loss is (2*30 + 4*10) / 40.",
+)
+
+
+AMP_CALL = "amp_window(model, optimizer, scaler, window)"
+
+
+WINDOW_SAMPLES = 24  # every window of exercise 07.2 holds 24 samples
+
+
+def amp_setup():
+    """A model, its optimizer and scaler, and three windows of 3 micro-batches (24 samples
+    each): the first with large gradients (clipping acts), the second with a micro-batch whose
+    targets are infinite (its gradients overflow: the scaler skips the step and halves the
+    scale), the third with small gradients and micro-batches of 12, 8 and 4 samples (the
+    weighting by samples shows)."""
+    from helpers.data import make_teacher_batches
+    from helpers.models import make_mlp
+
+    model = make_mlp((8, 32, 1), seed=4)
+    batches = make_teacher_batches(n_batches=9, batch_size=8, seed=4)
+    overflow = [batches[3], (batches[4][0], torch.full_like(batches[4][1], float("inf")))]
+    inputs, targets = (torch.cat(part) for part in zip(*batches[6:], strict=True))
+    uneven = list(zip(inputs.split([12, 8, 4]), (0.02 * targets).split([12, 8, 4]), strict=True))
+    windows = [batches[:3], [*overflow, batches[5]], uneven]
+    assert all(sum(len(y) for _, y in w) == WINDOW_SAMPLES for w in windows)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    return model, optimizer, torch.amp.GradScaler("cpu", init_scale=2.0**12), windows
+
+
+# The loop auditor's findings, as the hint each exercise gives (any other code: its message).
+FINDING_HINTS = {
+    "unscale-after-clip": "the gradients were clipped while still scaled: call "
+    "scaler.unscale_(optimizer) before clip_grad_norm_.",
+    "clip-per-micro-batch": "clip once, after the window's last backward(), not after each.",
+    "step-without-grad": "no backward() reached the model before the step.",
+    "zero-grad-before-step": "zero_grad() is misplaced: the gradients were reset between the "
+    "window's backward() and its step(). Call it at the start of the window (or after the "
+    "step).",
+    "leftover-gradients": "the window's gradients were never stepped: call scaler.step(optimizer).",
+    "missing-zero-grad": "zero_grad() is missing or misplaced: the next window added to the "
+    "last one's gradients. Call optimizer.zero_grad() at the start of each window (or after "
+    "the step).",
+    "scheduler-per-micro-batch": "scheduler.step() ran in the micro-batch loop: step it once "
+    "per window, after the optimizer's step.",
+    "window-length": "the backward passes and the steps do not line up: call "
+    "scaler.scale(loss).backward() once per micro-batch, and step once per window, after its "
+    "last backward().",
+}
+CLIP_PER_MICRO_BATCH = (
+    "the gradients were clipped after each micro-batch: clip once per window, after its last "
+    "backward() and scaler.unscale_(optimizer)."
+)
+MISSING_STEP = (
+    "scaler.step(optimizer) never ran: the window's gradients were never stepped (the "
+    "weights did not move). Once per window: scaler.unscale_(optimizer), clip, "
+    "scaler.step(optimizer), then scaler.update()."
+)
+DOUBLE_UNSCALE = (
+    "scaler.unscale_(optimizer) ran twice in one window (torch: 'unscale_() has already been "
+    "called on this optimizer since the last update()'): unscale once per window, after its "
+    "last backward(), then clip, step and update."
+)
+
+OPTIMIZER_STEP = (
+    "optimizer.step() was called instead of scaler.step(optimizer): scaler.step skips a "
+    "window whose gradients overflowed (inf/NaN), optimizer.step() writes them into the weights."
+)
+
+
+def scaler_error_hint(text: str, calls: list[str]) -> str:
+    """A hint for an exception (its message ``text``) raised by the GradScaler, from the
+    scaler calls that led to it (:class:`helpers.spies.ScalerSpy`, the failing call
+    last); else ``text`` itself."""
+    failing = calls[-1] if calls else ""
+    before = calls[:-1]
+    last_update = max((i for i, call in enumerate(before) if call == "update"), default=-1)
+    since = before[last_update + 1 :]  # this window's calls before the failing one
+    update_then_step = any(pair == ("update", "step") for pair in itertools.pairwise(before))
+    unscaled_twice = ("unscale_() has already been called", "unscale_() is being called after")
+    if any(fragment in text for fragment in unscaled_twice):
+        if failing == "unscale_" and "unscale_" in since and "step" not in since:
+            return DOUBLE_UNSCALE  # the scaler was never stepped in between: unscaled twice
+        if "update" not in calls:
+            return (
+                "scaler.update() is missing: call it once per window, after "
+                "scaler.step(optimizer). Without it the scale never changes, and the next "
+                f"window's unscale_ fails ({text.split(': ', 1)[-1].split('.')[0]})."
+            )
+        if update_then_step:
+            return (
+                "scaler.update() ran before scaler.step(optimizer): step first, then update, "
+                "once per window (else the next window's unscale_ fails)."
+            )
+        return text
+    if "step() has already been called since the last update()" in text and "update" not in calls:
+        return (
+            "scaler.update() is missing: call it once per window, after scaler.step(optimizer) "
+            "(without it the next window's step fails)."
+        )
+    if "No inf checks were recorded" in text:
+        if failing == "update" and before and not since:
+            return (
+                "scaler.update() ran twice in a row ('No inf checks were recorded' for the "
+                "second): update once per window, right after scaler.step(optimizer)."
+            )
+        if "optimizer.step" in since:
+            return OPTIMIZER_STEP + " (update() then finds no inf check to use.)"
+        if failing == "step":
+            return (
+                "scaler.step found no gradients to check: zero_grad() is misplaced, it reset "
+                "the window's gradients before the step. Call it at the start of the window "
+                "(or after the step)."
+            )
+        if "unscale_" in since:
+            return (
+                "scaler.update() ran before scaler.step(optimizer) ('No inf checks were "
+                "recorded'): step first, then update, once per window."
+            )
+        return (
+            "scaler.update() ran after a micro-batch, with no scaler.step(optimizer) before "
+            "it ('No inf checks were recorded'): update once per window, after the step."
+        )
+    return text
+
+
+def calls_hint(calls: list[str], windows: int) -> str | None:
+    """A root cause seen in the scaler calls (:class:`helpers.spies.ScalerSpy`) over
+    ``windows`` windows, which the loop auditor's findings would only show as symptoms (no
+    step: gradients clipped and never stepped; a step per micro-batch: a missing zero_grad
+    and windows of 1); or None."""
+    steps = calls.count("step") + calls.count("optimizer.step")
+    if "scale" in calls and steps == 0:
+        return MISSING_STEP
+    if steps > windows:
+        every = "every micro-batch" if steps >= calls.count("scale") else "more than once a window"
+        return (
+            f"the optimizer stepped {steps} times for {windows} windows, {every}. In the "
+            "micro-batch loop only scale the loss and call backward(); after it, once per "
+            "window: unscale_, clip, scaler.step(optimizer), scaler.update()."
+        )
+    return None
+
+
+def finding_hint(findings, calls: list[str] | None = None, windows: int = 0, hints=None):
+    """The hint for the loop auditor's ``findings`` (:class:`Finding` objects or
+    ``(code, message)`` pairs), ordered by root cause: first what the scaler ``calls`` over
+    ``windows`` windows show (:func:`calls_hint`), then a window never stepped when some
+    step was missing (its pending clip also reads as clipping per micro-batch), then clipping
+    per micro-batch (with a scaler it is also clipping before unscale_), then the first
+    finding, from ``hints`` (default :data:`FINDING_HINTS`). None when there are none."""
+    pairs = [(f.code, f.message) if hasattr(f, "code") else tuple(f) for f in findings]
+    if not pairs:
+        return None
+    hints = {**FINDING_HINTS, **(hints or {})}
+    codes = [code for code, _ in pairs]
+    if calls is not None:
+        root = calls_hint(calls, windows)
+        if root is not None:
+            return root
+        steps = calls.count("step") + calls.count("optimizer.step")
+        if "leftover-gradients" in codes and steps < windows:
+            return hints["leftover-gradients"]
+    if "clip-per-micro-batch" in codes:
+        return CLIP_PER_MICRO_BATCH
+    code, message = pairs[0]
+    return hints.get(code, f"{code}: {message}")
+
+
+def _placeholder_left(function: Callable) -> bool:
+    try:
+        return learner_code.has_placeholder(learner_code.function_source(function))
+    except ValueError:
+        return False
+
+
+AMP_RTOL, AMP_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7 (README)
+AMP_MAX_NORM = 1.0
+AMP_MISTAKES = {
+    "micro-batch count": "each micro-batch's mean loss was divided by the number of "
+    "micro-batches (len(window)): the third window's micro-batches hold 12, 8 and 4 samples, "
+    "and that gives the 4 samples of the last as much weight as the 12 of the first. Weight "
+    "each by its share of the window's samples: F.mse_loss(...) * len(targets) / samples, "
+    "with samples the window's total.",
+    "no division": "each micro-batch's loss must be weighted by its share of the window's "
+    "samples (len(targets) / samples, the window's total): without it the window's gradient "
+    "is the sum, not the mean, of its micro-batches' gradients.",
+    "no clip": "the accumulated gradient was not clipped: after scaler.unscale_(optimizer), "
+    "nn.utils.clip_grad_norm_(model.parameters(), 1.0), once per window.",
+}
+
+
+def _amp_reference(windows, mistake: str | None = None):
+    """The course's windows (``train_accumulating``) on a fresh copy of the setting: the
+    weights (and the scaler, without ``mistake``), or the weights with one of
+    :data:`AMP_MISTAKES`."""
+    model, optimizer, scaler, _ = amp_setup()
+    k = len(windows[0])
+
+    def loss_fn(outputs, targets):  # train_accumulating weights it by len(targets) / 24
+        share = {"micro-batch count": 1 / k, "no division": 1}.get(mistake)
+        mean = F.mse_loss(outputs, targets)
+        return mean if share is None else mean * share * WINDOW_SAMPLES / len(targets)
+
+    train_accumulating(
+        model, optimizer, [b for w in windows for b in w], k, loss_fn=loss_fn,
+        amp_dtype=torch.bfloat16, scaler=scaler, max_norm=None if mistake == "no clip" else 1.0,
+    )  # fmt: skip
+    return flat_weights(model) if mistake else (flat_weights(model), scaler)
+
+
+@checker
+def check_amp_window(amp_window: object) -> CheckResult:
+    """Exercise 07.2: ``amp_window(model, optimizer, scaler, window)`` runs one accumulation
+    window with a GradScaler (bfloat16 autocast on the CPU, MSE loss, clipping to norm 1.0).
+    Over three windows (the second one overflows) it must match the course's
+    ``train_accumulating``, with no finding from the loop auditor (but for one backward per
+    window, on the summed loss: judged by its weights alone). Hints name the root cause
+    (from the scaler's calls) before the auditor's findings."""
+    if is_unanswered(amp_window):
+        return wrong(NOT_ANSWERED)
+    amp_window = as_function(amp_window, AMP_CALL)
+    if _placeholder_left(amp_window):
+        return wrong("your function still has `...` in it: replace each one with code.")
+    model, optimizer, scaler, windows = amp_setup()
+    reference, ref_scaler = _amp_reference(windows)
+    start = flat_weights(model)
+    spy = ScalerSpy(scaler, optimizer)
+    backwards = []  # the backward passes that reached the model, in each window
+
+    def count_backward(_parameter):
+        backwards[-1] += 1
+
+    next(model.parameters()).register_post_accumulate_grad_hook(count_backward)
+    try:
+        with (
+            ClipSpy() as clips,
+            LoopAuditor(model, optimizer, accumulation_steps=3, scaler=scaler) as audit,
+        ):
+            for window in windows:
+                backwards.append(0)
+                call_learner(amp_window, model, optimizer, scaler, window)
+    except LearnerCodeError as error:
+        return wrong(scaler_error_hint(str(error), spy.calls))
+    got, expected = flat_weights(model), reference
+    summed = (  # one backward on the window's summed loss: the auditor sees windows of 1
+        {finding.code for finding in audit.findings} == {"window-length"}
+        and backwards == [1] * len(windows)
+        and spy.calls.count("step") == spy.calls.count("update") == len(windows)
+    )
+    if summed:
+        return _judge_summed(got, expected, start)
+    hint = finding_hint(audit.findings, spy.calls, len(windows))
+    if hint is not None:
+        return wrong(hint)
+    if "optimizer.step" in spy.calls or not torch.isfinite(got).all():
+        return wrong(OPTIMIZER_STEP)
+    if torch.equal(got, start):
+        return wrong("the weights did not move: did scaler.step(optimizer) run?")
+    if spy.calls.count("update") != len(windows):
+        return wrong(
+            f"scaler.update() ran {spy.calls.count('update')} times over {len(windows)} "
+            "windows: once per window, after scaler.step(optimizer)."
+        )
+    if not torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
+        norms = sorted({n for n in clips.norms if n != AMP_MAX_NORM and not math.isinf(n)})
+        if norms:
+            return wrong(
+                f"the gradient was clipped at max_norm={norms[0]}: clip the unscaled "
+                f"gradient to max_norm={AMP_MAX_NORM}, once per window."
+            )
+        for mistake, hint in AMP_MISTAKES.items():
+            if torch.allclose(got, _amp_reference(windows, mistake), rtol=1e-4, atol=1e-5):
+                if mistake == "no clip" and clips.norms:
+                    hint = (
+                        "clip_grad_norm_ ran, but its clipping did not reach the step: clip "
+                        "after scaler.unscale_(optimizer) and before scaler.step(optimizer)."
+                    )
+                return wrong(hint)
+        moved, should = (got - start).norm().item(), (expected - start).norm().item()
+        return wrong(
+            f"the weights moved by {moved:.4g}, the course's windows by {should:.4g}: scale "
+            "each micro-batch loss (weighted by its share of the window's samples), unscale_ "
+            "once, clip to 1.0, step and update once."
+        )
+    if scaler.get_scale() != ref_scaler.get_scale():
+        return wrong("the scale changed differently: call scaler.update() exactly once.")
+    return correct(
+        "one scale per window, unscaled once, clipped once, one step and update; the "
+        "overflowing window was skipped and the scale halved."
+    )
+
+
+def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor) -> CheckResult:
+    """The verdict on a window with one backward() (on the window's summed loss, or only on
+    its last micro-batch's)."""
+    if torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
+        return correct(
+            "one backward() of the window's summed loss: its gradient is right (each forward "
+            "in its own autocast block), and the overflowing window was skipped. But it holds "
+            "every micro-batch's graph in memory until that backward, which is not "
+            "accumulation: a backward per micro-batch frees each graph as it goes."
+        )
+    off = ((got - expected).norm() / (expected - start).norm()).item()
+    return wrong(
+        f"one backward() per window, and the weights are {off:.2%} (of the distance they "
+        "moved) away from the course's: backward once per micro-batch, "
+        "scaler.scale(loss).backward() inside the loop, so that each micro-batch's gradient "
+        "adds up in the float32 .grad. A backward after the loop sees only the last "
+        "micro-batch's loss; on the window's summed loss, forwards that share one autocast "
+        "block add their gradients in bfloat16 (its cached bfloat16 copies of the weights)."
+    )

@@ -1,0 +1,339 @@
+"""Notebook 09's capstone: one training function with everything at once, run on 2 real
+DDP processes and compared with one process on the whole batch.
+
+The setting (the same for the learner's function and the course's reference):
+
+- each of ``WORLD`` ranks holds ``MICRO_BATCHES`` micro-batches of padded token sequences
+  (targets ``-100`` past each sequence's end), of uneven sizes, so that the ranks' token
+  counts differ in every window; windows of ``K`` micro-batches, the last one short;
+- the window's loss is the sum of its token losses over both ranks divided by its count of
+  non-padding tokens over both ranks (all-reduced), times the world size (DDP averages);
+- bfloat16 autocast with a ``GradScaler``; one micro-batch of window 2 (on rank 1) has
+  infinite logits, as an fp16 overflow: a correct loop skips that window's step and the
+  scale halves;
+- the accumulated gradient is unscaled and clipped to ``MAX_NORM``; a ``StepLR`` steps once
+  per window, the skipped one included.
+
+The rank program (``python -m helpers.capstone.capstone_run``, started by :func:`run_capstone`
+through ``helpers.processes.launcher``) imports the learner's function from a file, runs it under
+the loop auditor with spies on the GradScaler, the optimizer and DDP's all-reduces, and rank 0
+writes what it saw as JSON. :func:`reference_run` computes the single-process reference, and the
+same loop with one of :data:`VARIANTS`' mistakes, so that a checker can name a mistake by
+the weights it gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from helpers.learner_code import function_source
+from helpers.models import TokenModel, flat_weights
+from helpers.spies import ClipSpy, ScalerSpy
+from helpers.training_stacks import stacks
+from helpers.training_stacks.stacks import PAD
+
+WORLD = 2
+K = 3  # micro-batches per window: 10 micro-batches make windows of 3, 3, 3 and 1
+MICRO_BATCHES = 10  # per rank
+VOCAB = 11
+MAX_NORM = 0.3
+OVERFLOW = (1, 4)  # (rank, micro-batch): window 2's second micro-batch on rank 1 overflows
+
+# What the learner's module starts with: the names the exercise says are there.
+PREAMBLE = """\
+from __future__ import annotations  # annotations naming the notebook's classes stay text
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+"""
+PREAMBLE_NAMES = "torch, nn, F, dist (torch.distributed), contextlib and math"
+
+
+def preamble_bindings(preamble: str = PREAMBLE) -> tuple[str, ...]:
+    """The names ``preamble``'s imports bind (``from __future__`` binds none), in order: what
+    the learner's function may use without importing it (the exercise's text lists them)."""
+    names = []
+    for node in ast.parse(preamble).body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    return tuple(names)
+
+
+# ------------------------------------------------------------------ the setting
+def capstone_data(rank: int, world: int = WORLD) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Rank ``rank``'s ``MICRO_BATCHES`` micro-batches ``(tokens, targets)``: 1 to 4
+    sequences of up to 3 to 8 positions each, targets ``-100`` past each sequence's end."""
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
+    generator = torch.Generator().manual_seed(100 + rank)
+    batches = []
+    for _ in range(MICRO_BATCHES):
+        rows = int(torch.randint(1, 5, (), generator=generator))
+        length = int(torch.randint(3, 9, (), generator=generator))
+        tokens = torch.randint(0, VOCAB, (rows, length), generator=generator)
+        targets = torch.randint(0, VOCAB, (rows, length), generator=generator)
+        ends = torch.randint(1, length + 1, (rows,), generator=generator)
+        targets[torch.arange(length) >= ends[:, None]] = PAD
+        batches.append((tokens, targets))
+    return batches
+
+
+def window_slices(n: int, k: int = K) -> list[range]:
+    """The micro-batch indices of each window: ``k`` at a time, the last window short."""
+    return [range(start, min(start + k, n)) for start in range(0, n, k)]
+
+
+def make_model() -> nn.Module:
+    """The seeded model every rank (and the reference) starts from."""
+    return TokenModel(vocab=VOCAB, width=8, seed=0)
+
+
+def make_tools(model: nn.Module):
+    """The optimizer, scheduler and scaler of every capstone run."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    # StepLR multiplies the learning rate by gamma at each scheduler.step(): once per window
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4096.0)  # PyTorch's default: 65,536
+    return optimizer, scheduler, scaler
+
+
+def add_overflow(model: nn.Module, tokens: torch.Tensor):
+    """Make the logits of the micro-batch ``tokens`` infinite (an fp16-style overflow) every
+    time ``model`` runs on it; returns the hook's handle."""
+
+    def hook(_module, args, output):
+        inputs = args[0] if args else None
+        if isinstance(inputs, torch.Tensor) and inputs.shape == tokens.shape:
+            if torch.equal(inputs, tokens):
+                return output * float("inf")
+        return output
+
+    return model.register_forward_hook(hook)
+
+
+def token_count(targets: torch.Tensor) -> int:
+    """:func:`helpers.training_stacks.stacks.token_count` (the micro-batch's non-padding tokens) as
+    an int, to add up and print."""
+    return int(stacks.token_count(targets))
+
+
+# ------------------------------------------------------------------ the reference
+VARIANTS = {
+    "correct": "",
+    "micro-batch mean / window": "each micro-batch's mean token loss was divided by the "
+    "number of micro-batches in the window (and DDP averaged the ranks): a micro-batch with "
+    "few tokens weighs as much as one with many. Sum the token losses and divide by the "
+    "window's count of non-padding tokens",
+    "micro-batch mean / k": "each micro-batch's mean token loss was divided by "
+    "accumulation_steps: the micro-batches weigh the same whatever their tokens, and the "
+    "short last window gets only its share of k. Sum the token losses and divide by the "
+    "window's count of non-padding tokens",
+    "local tokens": "each rank divided its token losses by its own window's token count: "
+    "the ranks' counts differ, and DDP's average of the two means is not the mean over all "
+    "tokens. All-reduce the window's token count (dist.all_reduce) and divide by the total",
+    "no world factor": "the token count was all-reduced, but DDP also averages the "
+    "gradients over the 2 processes: the step got half the mean gradient. Multiply the loss "
+    "by dist.get_world_size() (what the Trainer does with average_tokens_across_devices)",
+    "micro-batch tokens": "each micro-batch was divided by its own token count (all-reduced) "
+    "and by the number of micro-batches: divide the window's summed token losses by the "
+    "window's token count, the same for all its micro-batches",
+    "no last window": "the short last window (1 micro-batch) was never stepped: windows of "
+    "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))",
+    "no clip": "the gradient was clipped at the wrong norm, or not at all: clip the unscaled "
+    f"gradient to max_norm={MAX_NORM:g}, clip_grad_norm_(model.parameters(), {MAX_NORM:g}) once "
+    "per window, after scaler.unscale_(optimizer)",
+}
+
+
+def reference_run(variant: str = "correct") -> dict:
+    """One process trains on every micro-batch of both ranks, window by window, with the
+    window's loss divided by the window's token count over both ranks: what 2 DDP processes
+    must reproduce. Another ``variant`` (a key of :data:`VARIANTS`) makes one mistake.
+    Returns the final ``weights``, the ``lrs`` each step used (a skipped step has none) and
+    the ``scale`` after each window."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    data = [capstone_data(rank) for rank in range(WORLD)]
+    model = make_model()
+    optimizer, scheduler, scaler = make_tools(model)
+    handle = add_overflow(model, data[OVERFLOW[0]][OVERFLOW[1]][0])  # window 2, on rank 1
+    lrs, scales = [], []  # the learning rate of each step taken (not of a skipped one)
+    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
+    slices = window_slices(MICRO_BATCHES)
+    if variant == "no last window":  # a mistake: the short last window never stepped
+        slices = slices[:-1]
+    for window in slices:
+        counts = [sum(token_count(data[r][i][1]) for i in window) for r in range(WORLD)]
+        optimizer.zero_grad()
+        for rank in range(WORLD):  # both ranks' micro-batches, on this one process
+            for i in window:
+                tokens, targets = data[rank][i]
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    logits = model(tokens)
+                # the loss in float32, as autocast would compute it inside its block
+                summed = F.cross_entropy(logits.float(), targets, ignore_index=PAD, reduction="sum")
+                loss = micro_batch_loss(variant, summed, counts, rank, window, data, i)
+                scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        if variant != "no clip":  # a mistake: no clipping
+            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        scaler.step(optimizer)  # skipped for window 2: its gradients are not finite
+        scaler.update()
+        scales.append(scaler.get_scale())
+        scheduler.step()  # once per window, the skipped one included
+    handle.remove()
+    return {"weights": flat_weights(model), "lrs": lrs, "scales": scales}
+
+
+def micro_batch_loss(variant: str, summed, counts, rank: int, window, data, i: int):
+    """The loss of micro-batch ``i`` of ``rank`` in :func:`reference_run`, from ``summed``
+    (its summed token loss) and ``counts`` (each rank's tokens in the window). A mistake is
+    made the way 2 ranks would: each rank's loss divided by the world size, as DDP's average
+    of the 2 ranks' gradients does."""
+    mean = summed / max(token_count(data[rank][i][1]), 1)  # the micro-batch's mean token loss
+    if variant == "micro-batch mean / window":  # every micro-batch weighs the same
+        return mean / len(window) / WORLD
+    if variant == "micro-batch mean / k":  # the same, and the short window gets 1/K of it
+        return mean / K / WORLD
+    if variant == "local tokens":  # each rank divides by its own window's tokens
+        return summed / counts[rank] / WORLD
+    if variant == "no world factor":  # the right count, but DDP's average halves the step
+        return summed / sum(counts) / WORLD
+    if variant == "micro-batch tokens":  # each micro-batch by its own tokens (both ranks)
+        return summed / (WORLD * _global_micro_tokens(data, i)) / len(window)
+    return summed / sum(counts)  # correct: the window's token losses / its tokens on both ranks
+
+
+def _global_micro_tokens(data, i: int) -> int:
+    """Micro-batch ``i``'s token count summed over the ranks."""
+    return sum(token_count(data[r][i][1]) for r in range(WORLD))
+
+
+# ------------------------------------------------------------------ the rank program
+def _learner_function(path: str, name: str) -> Callable:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learner_capstone", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers.at_scale.ddp_accumulation import AllReduceCounter, counting_allreduce
+    from helpers.audit import LoopAuditor
+    from helpers.checks import LearnerCodeError, call_learner
+    from helpers.processes.rank_runtime import exit_when_orphaned, leave_at_once
+
+    exit_when_orphaned()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--source", required=True, help="file that defines the function")
+    parser.add_argument("--name", required=True, help="the function's name")
+    parser.add_argument("--out", required=True, help="folder for the results")
+    args = parser.parse_args(argv)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    out = Path(args.out)
+
+    model = make_model()
+    ddp = DDP(model)
+    counter = AllReduceCounter()
+    ddp.register_comm_hook(counter, counting_allreduce)
+    optimizer, scheduler, scaler = make_tools(ddp)
+    spy = ScalerSpy(scaler, optimizer)
+    lrs: list[float] = []
+    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
+    data = capstone_data(rank, world)
+    if rank == OVERFLOW[0]:
+        add_overflow(model, data[OVERFLOW[1]][0])
+    try:  # the clip spy first: the learner's module may import clip_grad_norm_ by name
+        with ClipSpy() as clips:
+            train = call_learner(_learner_function, args.source, args.name)
+            with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
+                call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
+    except LearnerCodeError as error:
+        report = {"error": str(error), "kind": type(error.error).__name__, "calls": spy.calls}
+        (out / f"error{rank}.json").write_text(json.dumps({**report, "time": time.time()}))
+        sys.stdout.flush()
+        os._exit(1)
+    weights = flat_weights(model)
+    gathered = [torch.empty_like(weights) for _ in range(world)]
+    dist.all_gather(gathered, weights)
+    if rank == 0:
+        results = {
+            "weights": weights.tolist(),
+            "across_ranks": max((g - weights).abs().max().item() for g in gathered),
+            "findings": [[f.code, f.message] for f in audit.findings],
+            "calls": spy.calls,
+            "max_norms": clips.norms,
+            "lrs": lrs,
+            "scale": scaler.get_scale(),
+            "allreduces": counter.calls,
+            "buckets": len(counter.buckets),
+        }
+        (out / "results.json").write_text(json.dumps(results))
+    dist.destroy_process_group()
+    leave_at_once()
+
+
+class CapstoneRunError(Exception):
+    """The 2-process run of a learner's function ended without results: ``kind`` is
+    "error" (a rank raised; the message and the scaler calls are kept), "timeout" or "failed"."""
+
+    def __init__(self, kind: str, message: str, calls: list[str] | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.calls = kind, message, calls or []
+
+
+def run_capstone(function: Callable, timeout: float = 60) -> dict:
+    """Run ``function(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps)``
+    on ``WORLD`` DDP processes (gloo); return rank 0's results (see :func:`main`), or raise
+    :class:`CapstoneRunError`. Its source goes to a module in a temporary folder, after
+    :data:`PREAMBLE`, which the ranks import."""
+    from helpers.processes.run_ranks import launch
+
+    source = function_source(function)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "learner_capstone.py"
+        path.write_text(PREAMBLE + source + "\n", encoding="utf-8")
+        args = [f"--source={path}", f"--name={function.__name__}", f"--out={folder}"]
+        try:
+            launch("helpers.capstone.capstone_run", args, nproc=WORLD, timeout=timeout)
+        except RuntimeError as error:
+            errors = sorted(
+                (json.loads(p.read_text()) for p in Path(folder).glob("error*.json")),
+                key=lambda e: e["time"],
+            )
+            if errors:
+                raise CapstoneRunError("error", errors[0]["error"], errors[0]["calls"]) from None
+            kind = "timeout" if "took over" in str(error) else "failed"
+            raise CapstoneRunError(kind, str(error)) from None
+        return json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()

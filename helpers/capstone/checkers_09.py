@@ -1,0 +1,207 @@
+"""Checkers for notebook 09, the capstone: exercise 09.1 (one DDP training function that does
+it all, run on 2 real processes) and the optional exercise 09.2 (the gradient all-reduces of
+the run)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+
+from helpers import learner_code
+from helpers.at_scale.checkers_07 import OPTIMIZER_STEP, finding_hint, scaler_error_hint
+from helpers.capstone import capstone_run
+from helpers.checks import (
+    NOT_ANSWERED,
+    CheckResult,
+    as_function,
+    checker,
+    correct,
+    is_unanswered,
+    number_checker,
+    wrong,
+)
+
+# Exercise 09.2: DDP's all-reduces of the gradients on one rank over the whole capstone run,
+# with the model's gradients in one bucket (tests/capstone/test_capstone.py counts them in a run).
+BUCKETS = 1
+WINDOWS = len(capstone_run.window_slices(capstone_run.MICRO_BATCHES))  # 3, 3, 3 and 1 micro-batches
+check_gradient_allreduces = number_checker(
+    WINDOWS * BUCKETS,
+    {
+        10: "10 is one all-reduce per micro-batch: no_sync() skips it on all but each "
+        "window's last micro-batch.",
+        3: "3 leaves out a window. The short last window (1 micro-batch) is a window too. And "
+        "window 2, whose step is skipped, still all-reduces: the all-reduce runs during its "
+        "last backward, before scaler.step finds the overflow.",
+        8: "8 counts both ranks, or adds the 4 all-reduces of the token counts: the question "
+        "asks for DDP's all-reduces of the gradients, on one rank.",
+        20: "20 is one all-reduce per micro-batch on both ranks: no_sync() skips it on all "
+        "but each window's last micro-batch, and the question asks about one rank.",
+        6: "6 counts the micro-batches inside no_sync(): those are the ones that do not "
+        "all-reduce. Each window's last backward does.",
+        1: "1 is the number of buckets: DDP all-reduces it once per window.",
+        0: "the backward of each window's last micro-batch runs outside no_sync(): it "
+        "all-reduces the gradients, once per bucket.",
+    },
+    "One all-reduce per bucket per window: 4 windows (3, 3, 3 and 1 micro-batches) x 1 "
+    "bucket. Window 2's overflow does not skip it: the all-reduce runs during backward, and "
+    "scaler.step skips only the step.",
+    doc="Exercise 09.2 (optional): 10 micro-batches in windows of 3 (3, 3, 3, 1), one bucket: "
+    "a correct train_ddp all-reduces the gradients 4 times on each rank, the overflowing "
+    "window included.",
+)
+
+
+CAPSTONE_CALL = "train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps)"
+CAPSTONE_RTOL, CAPSTONE_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7
+CAPSTONE_FINDING_HINTS = {
+    "leftover-gradients": "the short last window was never stepped: after the full windows, "
+    "the remaining micro-batches (1 here) make a window of their own, stepped like the others.",
+    "window-length": "the windows do not hold accumulation_steps micro-batches each (only "
+    "the last may be short): take micro_batches[start:start + accumulation_steps] for start "
+    "in range(0, len(micro_batches), accumulation_steps).",
+}
+
+
+def _capstone_error_hint(error: capstone_run.CapstoneRunError, timeout: float) -> str:
+    if error.kind == "timeout":
+        return (
+            f"the 2 processes did not finish within {timeout:g} s and were stopped: one rank "
+            "waits in a collective that the other never reaches. Every rank must call "
+            "dist.all_reduce the same number of times, and run the DDP model's forward and "
+            "backward on each of its micro-batches."
+        )
+    if error.kind == "failed":
+        return f"the 2-process run failed: {error.message}"
+    if any(word in error.message for word in ("gloo", "Connection reset", "Connection closed")):
+        return (
+            "the 2 processes' collective calls did not match (gloo reported: "
+            f"{_short(error.message)}): every rank must call dist.all_reduce "
+            "the same number of times, on tensors of the same shape, and run the DDP model's "
+            "forward and backward on each of its micro-batches."
+        )
+    hint = scaler_error_hint(error.message, error.calls)
+    if hint != error.message:
+        return hint
+    if "is not defined" in error.message:
+        return (
+            f"{error.message} The check runs your function's source alone, in 2 fresh "
+            f"processes: only {capstone_run.PREAMBLE_NAMES} are there, nothing from other cells."
+        )
+    return f"{error.message} (in one of the 2 processes)"
+
+
+def _short(message: str) -> str:
+    """A gloo error without its source paths and addresses, its first sentence."""
+    text = re.sub(r"\[[^\]]*\]:?\d*:?\s*", "", message.split("raised ", 1)[-1])
+    return text.split(". ")[0][:160]
+
+
+@checker
+def check_capstone(train_ddp: object, timeout: float = 60) -> CheckResult:
+    """Exercise 09.1 (the capstone): ``train_ddp(model, optimizer, scheduler, scaler,
+    micro_batches, accumulation_steps)`` trains on 2 DDP processes (gloo): windows of
+    ``accumulation_steps`` uneven micro-batches of padded tokens, the last window short; the
+    window's summed token loss divided by its token count over both ranks; a GradScaler;
+    clipping of the unscaled gradient; one scheduler step per window. Its final weights must
+    equal one process trained on both ranks' data (``helpers.capstone.capstone_run.reference_run``),
+    and the loop auditor must find nothing. ``timeout`` bounds the run (a hang is a ❌)."""
+    if is_unanswered(train_ddp):
+        return wrong(NOT_ANSWERED)
+    function = as_function(train_ddp, CAPSTONE_CALL)
+    try:
+        source = learner_code.function_source(function)
+    except ValueError as error:
+        return wrong(str(error))
+    if learner_code.has_placeholder(source):
+        return wrong("your function still has `...` in it: replace each one with code.")
+    try:
+        results = capstone_run.run_capstone(function, timeout=timeout)
+    except capstone_run.CapstoneRunError as error:
+        return wrong(_capstone_error_hint(error, timeout))
+    return _judge_capstone(results)
+
+
+def _judge_capstone(results: dict) -> CheckResult:
+    """The verdict on rank 0's results of :func:`helpers.capstone.capstone_run.run_capstone`."""
+    got = torch.tensor(results["weights"])
+    calls, windows = results["calls"], len(capstone_run.window_slices(capstone_run.MICRO_BATCHES))
+    if results["across_ranks"] > 0:
+        return wrong(
+            f"the 2 processes ended with different weights (largest difference "
+            f"{results['across_ranks']:.3g}): run the DDP model itself (model(inputs), not "
+            "model.module), so that its backward all-reduces the gradients."
+        )
+    hint = finding_hint(results["findings"], calls, windows, CAPSTONE_FINDING_HINTS)
+    if hint is not None:
+        return wrong(hint)
+    if "optimizer.step" in calls or "step" not in calls or not torch.isfinite(got).all():
+        return wrong(OPTIMIZER_STEP)
+    steps = calls.count("step")
+    if steps == calls.count("update") == windows - 1:
+        return wrong(CAPSTONE_FINDING_HINTS["leftover-gradients"])
+    if calls.count("update") != windows:
+        return wrong(
+            f"scaler.update() ran {calls.count('update')} times for {windows} windows: once "
+            "per window, after scaler.step(optimizer)."
+        )
+    reference = capstone_run.reference_run()
+    if results["lrs"] != reference["lrs"]:
+        never = len(set(results["lrs"])) == 1
+        return wrong(
+            f"the steps used the learning rates {results['lrs']}, the course's "
+            f"{reference['lrs']}: "
+            + (
+                "scheduler.step() never ran. "
+                if never
+                else "the scheduler stepped more or less often than once per window. "
+            )
+            + "Call scheduler.step() once per window, after scaler.step(optimizer), the "
+            "skipped window included."
+        )
+    if results["scale"] != reference["scales"][-1]:
+        return wrong(
+            f"the scale ended at {results['scale']:g}, the course's at "
+            f"{reference['scales'][-1]:g}: scale every micro-batch's loss with "
+            "scaler.scale(loss) and call scaler.update() once per window."
+        )
+    if results["allreduces"] != windows * results["buckets"]:
+        return wrong(
+            f"DDP all-reduced the gradients {results['allreduces']} times in {windows} "
+            f"windows, instead of once per bucket ({results['buckets']}) on each window's last "
+            "backward: run the forward and backward of the window's other micro-batches "
+            "inside `with model.no_sync():` (a test of the exercise: it saves communication, "
+            "the weights would be the same)."
+        )
+    if not torch.allclose(got, reference["weights"], rtol=CAPSTONE_RTOL, atol=CAPSTONE_ATOL):
+        norms = {
+            n for n in results["max_norms"] if n != capstone_run.MAX_NORM and not math.isinf(n)
+        }
+        if norms:
+            return wrong(
+                f"the gradient was clipped at max_norm={min(norms)}: clip the unscaled "
+                f"gradient to max_norm={capstone_run.MAX_NORM:g}, once per window, after "
+                "scaler.unscale_(optimizer)."
+            )
+        start = capstone_run.flat_weights(capstone_run.make_model())
+        should = (reference["weights"] - start).norm()
+        for variant, hint in capstone_run.VARIANTS.items():
+            if (
+                hint
+                and (got - capstone_run.reference_run(variant)["weights"]).norm() < 0.01 * should
+            ):
+                return wrong(hint + ".")
+        return wrong(
+            f"the weights are {((got - reference['weights']).norm() / should).item():.1%} "
+            "(of the distance they moved) away from one process on the whole batch: divide "
+            "each window's summed token loss by its token count over both ranks "
+            "(dist.all_reduce) and multiply by the world size; scale, unscale_, clip to "
+            f"{capstone_run.MAX_NORM:g}, step and update once per window."
+        )
+    return correct(
+        "on 2 processes, the same weights as one process on the whole batch: token counts "
+        "all-reduced, one all-reduce of the gradients per window, the overflowing window "
+        "skipped, the short last window stepped, clipped and scheduled once per window."
+    )

@@ -1,1 +1,0 @@
-"""Checkers for the exercises, one module per notebook."""

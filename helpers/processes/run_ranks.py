@@ -1,0 +1,159 @@
+"""Launching a small multi-process PyTorch program from a notebook.
+
+The ranks get the rendezvous environment ``torchrun`` gives them (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ...) and one thread each, from ``helpers.processes.launcher``, which starts them in
+less time (it forks them after importing torch once), so the same program runs under
+``torchrun --nproc-per-node=2 -m MODULE`` unchanged."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from helpers.arguments import positive_int
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pick_backend(nproc: int) -> str:
+    """``nccl`` when there is one CUDA GPU per process, else ``gloo`` (processes on the CPU)."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= nproc:
+        return "nccl" if torch.distributed.is_nccl_available() else "gloo"
+    return "gloo"
+
+
+def launcher_command(
+    module: str, nproc: int, args: list[str], port: int, finish_grace: float | None = None
+) -> list[str]:
+    """``python -m helpers.processes.launcher``: ``nproc`` ranks of ``module`` on
+    127.0.0.1:``port``."""
+    grace = [] if finish_grace is None else [f"--finish-grace={finish_grace}"]
+    return [
+        sys.executable,
+        "-m",
+        "helpers.processes.launcher",
+        f"--nproc={nproc}",
+        f"--port={port}",
+        *grace,
+        module,
+        *args,
+    ]
+
+
+def launch(
+    module: str,
+    args: list[str],
+    nproc: int = 2,
+    timeout: float = 120,
+    finish_grace: float | None = None,
+) -> str:
+    """Run ``module`` in ``nproc`` processes (``helpers.processes.launcher``) and return its output.
+
+    The processes get one thread each, the repository on their path, a free port on
+    127.0.0.1, and their own process group, which is killed as a whole on timeout or
+    interrupt. Raises ``RuntimeError`` with the end of the output if the run fails. With
+    ``finish_grace`` (seconds), ranks still running that long after one has finished well
+    are stopped, and the run fails saying they were probably waiting in a collective."""
+    positive_int(nproc, "nproc")
+    if finish_grace is not None and (
+        isinstance(finish_grace, bool)
+        or not isinstance(finish_grace, (int, float))
+        or not 0 < finish_grace < timeout
+    ):
+        raise ValueError(
+            f"finish_grace must be None or a number of seconds above 0 and below timeout "
+            f"({timeout:g}), got {finish_grace!r}"
+        )
+    if not torch.distributed.is_available():
+        raise RuntimeError(
+            "this torch build has no torch.distributed: install the standard build from "
+            "pytorch.org (pip install torch) to run the multi-process part"
+        )
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("GM_DDP_BACKEND", pick_backend(nproc))
+    env["GM_LAUNCHER_PID"] = str(os.getpid())  # ranks end if this process dies
+    if platform.system() == "Darwin":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo0")  # gloo on macOS: use the loopback
+    for attempt in (1, 2):  # a port found free can be taken before rank 0 binds it
+        command = launcher_command(module, nproc, args, free_port(), finish_grace)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: one kill reaches every rank
+        )
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except BaseException as error:  # timeout, Ctrl-C, kernel interrupt: no stray ranks
+            _stop(process)
+            if isinstance(error, subprocess.TimeoutExpired):
+                message = f"the {nproc}-process run took over {timeout:g} s and was stopped"
+                raise RuntimeError(message) from None
+            raise
+        port_taken = "EADDRINUSE" in output or "address already in use" in output.lower()
+        if process.returncode == 0 or not port_taken or attempt == 2:
+            break
+    if process.returncode != 0:
+        raise RuntimeError(
+            f"the {nproc}-process run failed (exit {process.returncode}):\n"
+            f"{first_error(output)}{_collective_hint(output)}"
+        )
+    return output
+
+
+COLLECTIVE_FAILURES = ("Timed out waiting", "Connection closed by peer", "timed out after")
+
+
+def _collective_hint(output: str) -> str:
+    """What a collective's timeout or a peer gone away usually means, in plain words."""
+    if not any(text in output for text in COLLECTIVE_FAILURES):
+        return ""
+    return (
+        "\n(what it usually means: a rank waited in a collective, an all-reduce or a barrier, "
+        "that another rank never joined, or whose rank had ended: the ranks ran different "
+        "numbers of collectives, for example of synchronized micro-batches)"
+    )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop the launcher and its ranks: SIGTERM to their process group first, then SIGKILL
+    if they have not ended in 40 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    except ProcessLookupError:
+        process.communicate()
+
+
+def first_error(output: str) -> str:
+    """What the ranks printed before a launcher's own report (torchrun's log lines start like
+    ``E1130 11:53:35``): the first exception with the lines leading to it, else the end."""
+    lines = [re.sub(r"^\[rank\d+\]: ", "", line) for line in output.splitlines()]
+    end = next((i for i, line in enumerate(lines) if re.match(r"[EWI]\d{4} ", line)), len(lines))
+    ranks = lines[:end] or lines
+    for index, line in enumerate(ranks):
+        if re.match(r"[\w.]+(Error|Exception): ", line):
+            return "\n".join(ranks[max(0, index - 6) : index + 1])
+    return "\n".join(ranks[-15:])

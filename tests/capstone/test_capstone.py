@@ -1,0 +1,452 @@
+"""Notebook 09's capstone (exercise 09.1): the setting, the single-process reference, and
+the checker, which runs the learner's function on 2 real DDP processes (gloo). Each checker
+test launches 2 processes (about 3 s), one test per mistake. Also exercise 09.2's checker,
+and the exercise text's list of the names the learner's function may use."""
+
+import importlib.util
+import itertools
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import learner_code
+from helpers.capstone import capstone_run
+from helpers.capstone.checkers_09 import check_capstone, check_gradient_allreduces
+from helpers.spies import ClipSpy
+
+HEADER = """\
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+MAX_NORM = 0.3  # a name from another cell: the ranks' module does not have it
+
+
+"""
+
+# The notebook's solution (its solution cell holds the same function; a test checks).
+MODEL_SOLUTION = """\
+def train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
+    world = dist.get_world_size()
+    for start in range(0, len(micro_batches), accumulation_steps):
+        window = micro_batches[start : start + accumulation_steps]
+        tokens = sum((targets != -100).sum() for _, targets in window)
+        dist.all_reduce(tokens)  # the window's token count over both ranks
+        optimizer.zero_grad()
+        for j, (inputs, targets) in enumerate(window):
+            last = j == len(window) - 1
+            with contextlib.nullcontext() if last else model.no_sync():
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    logits = model(inputs)
+                    loss = F.cross_entropy(logits, targets, ignore_index=-100, reduction="sum")
+                scaler.scale(loss * world / tokens).backward()
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), 0.3)
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+"""
+
+# Correct loops written otherwise: a counter over the micro-batches, the mean loss times the
+# micro-batch's tokens inside autocast, the count divided by the world size, zero_grad after
+# the step (set_to_none=False); and one with an ExitStack, the last micro-batch apart.
+COUNTER_STYLE = """\
+def train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
+    n = len(micro_batches)
+    for i, (inputs, targets) in enumerate(micro_batches):
+        last = (i + 1) % accumulation_steps == 0 or i == n - 1
+        if i % accumulation_steps == 0:
+            window = micro_batches[i : i + accumulation_steps]
+            tokens = torch.stack([(t != -100).sum() for _, t in window]).sum().float()
+            dist.all_reduce(tokens, op=dist.ReduceOp.SUM)
+            tokens = tokens / dist.get_world_size()
+        context = contextlib.nullcontext() if last else model.no_sync()
+        with context, torch.autocast("cpu", dtype=torch.bfloat16):
+            mean = F.cross_entropy(model(inputs), targets)  # ignore_index=-100 by default
+            loss = mean * (targets != -100).sum() / tokens
+        scaler.scale(loss).backward()
+        if last:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.3)
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=False)
+"""
+
+EXIT_STACK_STYLE = """\
+def train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
+    k = accumulation_steps
+    for window in [micro_batches[s : s + k] for s in range(0, len(micro_batches), k)]:
+        count = torch.zeros(())
+        for _, targets in window:
+            count += targets.ne(-100).sum()
+        dist.all_reduce(count)
+
+        def backward(inputs, targets):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(inputs)
+            loss = F.cross_entropy(out.float(), targets, reduction="sum") / count
+            scaler.scale(loss * dist.get_world_size()).backward()
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(model.no_sync())
+            for inputs, targets in window[:-1]:
+                backward(inputs, targets)
+        backward(*window[-1])
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), 0.3)
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        optimizer.zero_grad()
+"""
+
+ALL_REDUCE = "        dist.all_reduce(tokens)  # the window's token count over both ranks\n"
+CLIP = "        nn.utils.clip_grad_norm_(model.parameters(), 0.3)\n"
+BACKWARD = "                scaler.scale(loss * world / tokens).backward()\n"
+SUM = 'loss = F.cross_entropy(logits, targets, ignore_index=-100, reduction="sum")'
+
+# Each mistake: the edits to the model solution, and a fragment of the hint it must get.
+MISTAKES = {
+    "no token-count all-reduce": ([(ALL_REDUCE, "")], "its own window's token count"),
+    "dividing by the local tokens": (
+        [(ALL_REDUCE, ""), ("loss * world / tokens", "loss / tokens")],
+        "its own window's token count",
+    ),
+    "dividing by the micro-batch count": (
+        [
+            (SUM, SUM.replace(', reduction="sum")', ") / len(window)")),
+            ("loss * world / tokens", "loss"),
+        ],
+        "divided by the number of micro-batches",
+    ),
+    "no world-size factor": ([("loss * world / tokens", "loss / tokens")], "get_world_size()"),
+    "no no_sync": (
+        [("contextlib.nullcontext() if last else model.no_sync()", "contextlib.nullcontext()")],
+        "inside `with model.no_sync():`",
+    ),
+    "clipping before unscale_": (
+        [
+            (
+                f"        scaler.unscale_(optimizer)\n{CLIP}",
+                f"{CLIP}        scaler.unscale_(optimizer)\n",
+            )
+        ],
+        "before clip_grad_norm_",
+    ),
+    "clipping per micro-batch": (
+        [(CLIP, ""), (BACKWARD, BACKWARD + "            " + CLIP.strip() + "\n")],
+        "clipped after each micro-batch",
+    ),
+    "scheduler per micro-batch": (
+        [
+            ("        scheduler.step()\n", ""),
+            (BACKWARD, BACKWARD + "            scheduler.step()\n"),
+        ],
+        "scheduler.step() ran in the micro-batch loop",
+    ),
+    "optimizer.step instead of scaler.step": (
+        [("scaler.step(optimizer)", "optimizer.step()")],
+        "optimizer.step() was called instead of scaler.step",
+    ),
+    "forgetting the short last window": (
+        [
+            (
+                "range(0, len(micro_batches), ",
+                "range(0, len(micro_batches) - accumulation_steps + 1, ",
+            )
+        ],
+        "short last window was never stepped",
+    ),
+    "forgetting zero_grad": ([("        optimizer.zero_grad()\n", "")], "zero_grad() is missing"),
+    "no update": ([("        scaler.update()\n", "")], "scaler.update() is missing"),
+    "update before step": (
+        [
+            (
+                "        scaler.step(optimizer)\n        scaler.update()\n",
+                "        scaler.update()\n        scaler.step(optimizer)\n",
+            )
+        ],
+        "ran before scaler.step(optimizer)",
+    ),
+    "no scheduler": ([("        scheduler.step()\n", "")], "scheduler.step() never ran"),
+    "no clipping": ([(CLIP, "")], "clipped at the wrong norm, or not at all"),
+    "clipping at 1.0": (  # the same weights as no clipping: the spy names the norm used
+        [(CLIP, CLIP.replace("0.3", "1.0"))],
+        "clipped at max_norm=1.0: clip the unscaled gradient to max_norm=0.3",
+    ),
+    "unscale_ per micro-batch": (  # the hint is not "update() is missing"
+        [
+            ("        scaler.unscale_(optimizer)\n", ""),
+            (BACKWARD, BACKWARD + "            scaler.unscale_(optimizer)\n"),
+        ],
+        "unscale_(optimizer) ran twice in one window",
+    ),
+    "no scaler.step": (  # the hint is not "clipped after each micro-batch"
+        [("        scaler.step(optimizer)\n", "")],
+        "scaler.step(optimizer) never ran",
+    ),
+    "model.module instead of the DDP model": (
+        [("logits = model(inputs)", "logits = model.module(inputs)")],
+        "not model.module",
+    ),
+    "a name from another cell": (
+        [
+            (
+                "nn.utils.clip_grad_norm_(model.parameters(), 0.3)",
+                "nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)",
+            )
+        ],
+        "only torch, nn, F, dist",
+    ),
+    "a default from another cell": (
+        [("accumulation_steps):\n", "accumulation_steps, limit=MAX_NORM):\n")],
+        "only torch, nn, F, dist",
+    ),
+    "an exception in one rank": (  # rank 0 waits in a collective: it is stopped
+        [
+            (
+                "        optimizer.zero_grad()\n",
+                "        optimizer.zero_grad()\n        if dist.get_rank() == 1 and start:\n"
+                "            {}[window]\n",
+            )
+        ],
+        "TypeError: unhashable type",
+    ),
+}
+
+
+def learner_function(folder, source: str, name: str = "train_ddp"):
+    """``source`` as the function of a module of its own (as a notebook cell would be)."""
+    path = folder / f"learner_{abs(hash(source))}.py"
+    path.write_text(HEADER + source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def with_mistake(edits) -> str:
+    source = MODEL_SOLUTION
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("learner")
+
+
+# ------------------------------------------------------------------ the setting
+def test_the_ranks_token_counts_differ_in_every_window():
+    data = [capstone_run.capstone_data(rank) for rank in range(capstone_run.WORLD)]
+    slices = capstone_run.window_slices(capstone_run.MICRO_BATCHES)
+    assert [len(s) for s in slices] == [3, 3, 3, 1]
+    for window in slices:
+        counts = [sum(capstone_run.token_count(data[r][i][1]) for i in window) for r in range(2)]
+        assert counts[0] != counts[1], counts
+    sizes = {tuple(tokens.shape) for rank in data for tokens, _ in rank}
+    assert len(sizes) > 5  # uneven micro-batches
+
+
+def test_the_reference_skips_the_overflowing_window_and_halves_the_scale():
+    reference = capstone_run.reference_run()
+    assert reference["scales"] == [4096, 2048, 2048, 2048]  # make_tools: init_scale=4096
+    assert reference["lrs"] == [0.5, 0.125, 0.0625]  # window 2's step (0.25) was skipped
+    assert torch.isfinite(reference["weights"]).all()
+
+
+def test_every_variant_is_far_from_the_reference_and_from_each_other():
+    """The checker names a mistake by the variant it matches within 1% of the distance the
+    weights moved: the variants must be much further apart than that."""
+    start = capstone_run.flat_weights(capstone_run.make_model())
+    weights = {v: capstone_run.reference_run(v)["weights"] for v in capstone_run.VARIANTS}
+    moved = (weights["correct"] - start).norm()
+    for a, b in itertools.combinations(weights, 2):
+        assert (weights[a] - weights[b]).norm() > 0.05 * moved, (a, b)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        capstone_run.reference_run("typo")
+
+
+def test_the_reference_is_one_process_on_the_whole_batch():
+    """Without AMP, clipping and the overflow, a window's step of the reference is one
+    forward on all the window's sequences of both ranks (padded to one length)."""
+    data = [capstone_run.capstone_data(rank) for rank in range(capstone_run.WORLD)]
+    window = capstone_run.window_slices(capstone_run.MICRO_BATCHES)[0]
+    parts = [data[r][i] for r in range(2) for i in window]
+    length = max(tokens.shape[1] for tokens, _ in parts)
+
+    def padded(tensor, value):
+        return torch.nn.functional.pad(tensor, (0, length - tensor.shape[1]), value=value)
+
+    tokens = torch.cat([padded(t, 0) for t, _ in parts])
+    targets = torch.cat([padded(t, capstone_run.PAD) for _, t in parts])
+    whole, accumulated = capstone_run.make_model(), capstone_run.make_model()
+    torch.nn.functional.cross_entropy(whole(tokens), targets).backward()
+    total = sum(capstone_run.token_count(t) for _, t in parts)
+    for t, y in parts:
+        loss = torch.nn.functional.cross_entropy(accumulated(t), y, reduction="sum")
+        (loss / total).backward()
+    for a, b in zip(whole.parameters(), accumulated.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+
+
+def identity(function):
+    return function
+
+
+@identity
+def decorated(model):
+    return model
+
+
+def test_function_source_and_placeholders():
+    source = learner_code.function_source(decorated)
+    assert source.startswith("def decorated(model):")
+    assert learner_code.has_placeholder("def f():\n    ...\n")
+    assert not learner_code.has_placeholder("def f():\n    return 1\n")
+    with pytest.raises(ValueError, match="not as a lambda") as error:
+        learner_code.function_source(lambda x: x)
+    assert "<lambda>" not in str(error.value)
+
+
+def test_the_clip_spy_records_each_max_norm_and_restores_the_function():
+    original = torch.nn.utils.clip_grad_norm_
+    weight = torch.nn.Parameter(torch.ones(3))
+    weight.grad = torch.full((3,), 10.0)
+    with ClipSpy() as clips:
+        torch.nn.utils.clip_grad_norm_([weight], 1.0)
+        torch.nn.utils.clip_grad.clip_grad_norm_([weight], max_norm=0.3)
+    assert clips.norms == [1.0, 0.3] and torch.nn.utils.clip_grad_norm_ is original
+    assert clips.calls == [{"max_norm": 1.0, "norm_type": 2.0}, {"max_norm": 0.3, "norm_type": 2.0}]
+    assert abs(weight.grad.norm().item() - 0.3) < 1e-6
+
+
+# ------------------------------------------------------------------ the checker
+def test_the_model_solution_passes(folder, strict_checks):
+    result = check_capstone(learner_function(folder, MODEL_SOLUTION))
+    assert result.passed and "same weights as one process" in result.message
+
+
+@pytest.mark.parametrize("source", [COUNTER_STYLE, EXIT_STACK_STYLE], ids=["counter", "stack"])
+def test_correct_loops_written_otherwise_pass(folder, source):
+    result = check_capstone(learner_function(folder, source))
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_mistake_is_named(folder, mistake):
+    edits, hint = MISTAKES[mistake]
+    result = check_capstone(learner_function(folder, with_mistake(edits)))
+    assert not result.passed and hint in result.message, result.message
+    assert "Traceback" not in result.message
+
+
+def test_a_hang_is_stopped_with_a_clear_message(folder):
+    source = with_mistake(
+        [("        optimizer.zero_grad()\n",
+          "        optimizer.zero_grad()\n        if dist.get_rank() == 1:\n"
+          "            import time\n            time.sleep(600)\n")]
+    )  # fmt: skip
+    result = check_capstone(learner_function(folder, source), timeout=8)
+    assert not result.passed and "did not finish within 8 s" in result.message, result.message
+
+
+def test_answers_of_the_wrong_kind_launch_nothing():
+    def unanswered(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
+        """Only a placeholder."""
+        ...
+
+    def unfinished(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
+        optimizer.zero_grad()
+        ...
+
+    for answer, fragment in [
+        (..., "Not answered"),
+        ("train_ddp", "pass your function itself"),
+        (lambda model: None, "give it 6 parameters"),
+        (unanswered, "Not answered"),
+        (unfinished, "still has `...`"),
+        (
+            lambda model, optimizer, scheduler, scaler, micro_batches, k: None,
+            "write your function with def in a cell, not as a lambda",
+        ),
+    ]:
+        result = check_capstone(answer)
+        assert not result.passed and fragment in result.message, result.message
+
+
+def test_the_exercise_source_needs_only_the_preamble():
+    """The names the exercise promises are what the ranks' module starts with."""
+    names = {"contextlib", "math", "torch", "dist", "nn", "F"}
+    assert all(name in capstone_run.PREAMBLE_NAMES for name in names)
+    scope: dict = {}
+    exec(compile(capstone_run.PREAMBLE, "preamble", "exec"), scope)
+    assert names <= set(scope)
+    assert textwrap.dedent(MODEL_SOLUTION).startswith("def train_ddp(")
+
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "09_capstone.ipynb"
+
+
+def notebook_cells():
+    import nbformat
+
+    return nbformat.read(NOTEBOOK, as_version=4).cells
+
+
+def test_the_exercise_text_lists_exactly_the_names_the_ranks_module_has():
+    """Exercise 09.1's text names the names the learner's function may use: the same as the
+    preamble the ranks' module starts with, and the same as the checker's hint."""
+    bound = set(capstone_run.preamble_bindings())
+    assert bound == {"contextlib", "math", "torch", "dist", "nn", "F"}
+    [text] = [c.source for c in notebook_cells() if c.source.startswith("## Exercise 09.1")]
+    sentence = re.search(r"only these names exist\s+there: (.*?)\. Import", text, re.DOTALL)
+    assert sentence, "the exercise's text lists the names its function may use"
+    listed = set(re.findall(r"`([^`]+)`", sentence.group(1)))
+    assert listed - {"torch.distributed"} == bound, listed
+    hint_names = set(re.findall(r"\w+", capstone_run.PREAMBLE_NAMES)) - {"and", "distributed"}
+    assert hint_names == bound, hint_names
+
+
+def test_the_notebooks_solution_is_the_model_solution():
+    [solution] = [
+        c.source
+        for c in notebook_cells()
+        if "def train_ddp" in c.source and "solution" in c.metadata.get("tags", [])
+    ]
+    assert MODEL_SOLUTION in solution
+
+
+def test_the_allreduce_count_names_each_misconception(strict_checks):
+    assert check_gradient_allreduces(4).passed
+    for value, hint in check_gradient_allreduces.misconceptions.items():
+        with pytest.raises(AssertionError, match=re.escape(hint[:40])):
+            check_gradient_allreduces(value)
+    with pytest.raises(AssertionError, match="One all-reduce per bucket per window"):
+        check_gradient_allreduces(5)
+
+
+def test_the_allreduce_count_never_raises_at_a_learner():
+    for answer, fragment in [(..., "Not answered"), ("4", "number"), (None, "number")]:
+        result = check_gradient_allreduces(answer)
+        assert not result.passed and fragment in result.message, result.message
+
+
+def test_the_allreduce_counts_answer_is_what_a_run_counts(folder):
+    """Exercise 09.2's answer, from the model solution run on 2 real processes: one bucket,
+    all-reduced once per window, the overflowing window included."""
+    from helpers.capstone.checkers_09 import BUCKETS
+
+    results = capstone_run.run_capstone(learner_function(folder, MODEL_SOLUTION))
+    assert results["buckets"] == BUCKETS
+    assert results["allreduces"] == check_gradient_allreduces.expected() == 4

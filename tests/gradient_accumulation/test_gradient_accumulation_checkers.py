@@ -1,0 +1,196 @@
+"""Helpers of notebook 03: models, padded tokens, gradient recording, its exercise checkers."""
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.accumulation import relative_error
+from helpers.gradient_accumulation.checkers_03 import (
+    check_accumulation_loop,
+    check_batch_coupling,
+    check_exact_norms,
+    check_tail_fraction,
+)
+from helpers.models import make_norm_model
+
+
+def loop(divide_by, drop_tail=False, zero=True):
+    def train_epoch(model, optimizer, loss_fn, micro_batches, k):
+        end = len(micro_batches) - (len(micro_batches) % k if drop_tail else 0)
+        for start in range(0, end, k):
+            window = micro_batches[start : start + k]
+            if zero:
+                optimizer.zero_grad()
+            for inputs, targets in window:
+                (loss_fn(model(inputs), targets) / divide_by(window, targets, k)).backward()
+            optimizer.step()
+
+    return train_epoch
+
+
+def window_tokens(window, targets, k):
+    return sum(int((y != -100).sum()) for _, y in window)
+
+
+def test_accumulation_loop_solution_passes():
+    assert check_accumulation_loop(loop(window_tokens)).passed
+
+
+@pytest.mark.parametrize(
+    ("train_epoch", "hint"),
+    [
+        (loop(window_tokens, drop_tail=True), "the last window of 2 was never stepped"),
+        (
+            loop(lambda w, t, k: k * t.numel()),
+            "your last window is divided by k=4 but holds only 2",
+        ),
+        (loop(lambda w, t, k: int((t != -100).sum()) * len(w)), "weighted unequally"),
+        (loop(lambda w, t, k: 1), "48x the mean over its tokens"),
+        (loop(lambda w, t, k: len(w) * t.numel()), "targets.numel() counts the padding too"),
+        (loop(window_tokens, zero=False), "still held window 1's gradient"),
+        (lambda *args: 1 / 0, "raised ZeroDivisionError"),
+        (..., "Not answered yet"),
+    ],
+)
+def test_accumulation_loop_mistakes_get_their_hint(train_epoch, hint):
+    result = check_accumulation_loop(train_epoch)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_tail_fraction():
+    """Exercise 03.1: 11 equal micro-batches, k = 4: the tail of 3 gets 3/4 of its gradient."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    for answer in (0.75, 3 / 4, Fraction(3, 4), np.float64(0.75), torch.tensor(0.75)):
+        assert check_tail_fraction(answer).passed, answer
+    misconceptions = check_tail_fraction.misconceptions
+    assert len(misconceptions) >= 3 and 3 / 11 in misconceptions and 0 in misconceptions
+    for answer, hint in [
+        (3 / 11, "the tail's share of the data"),
+        (0, "The tail is not dropped"),
+        (1, "the tail's too"),
+        (0.25, "one micro-batch's weight"),
+        (4 / 3, "Upside down"),
+        (0.5, "tail of 2"),
+        (0.6, "its correct mean divides by 3"),  # the fallback
+    ]:
+        result = check_tail_fraction(answer)
+        assert not result.passed and hint in result.message, (answer, result.message)
+    for answer in (..., None, "3/4", [0.75], check_tail_fraction):
+        assert not check_tail_fraction(answer).passed
+
+
+def test_exact_norms():
+    """The earlier form of exercise 03.4, a prediction made before the cell that measures it."""
+    assert check_exact_norms({"GroupNorm", "LayerNorm"}).passed
+    assert check_exact_norms(["LayerNorm", "GroupNorm", "none"]).passed
+    assert check_exact_norms("GroupNorm and LayerNorm").passed
+    for answer, hint in [
+        ({"GroupNorm", "LayerNorm", "BatchNorm"}, "BatchNorm normalizes with the mean"),
+        ({"LayerNorm"}, "GroupNorm computes its statistics within each sample"),
+        ({"BatchNorm"}, "LayerNorm computes its statistics within each sample"),
+        ({"Dropout"}, "use the names"),
+        (3, "a set of names"),
+        (None, "a set of names"),
+    ]:
+        result = check_exact_norms(answer)
+        assert not result.passed and hint in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    "answer", [{"A", "B"}, {"a", "b"}, ["B", "a"], ("A", "B"), "ab", "AB", "a, b", "A and B"]
+)
+def test_batch_coupling_takes_every_way_of_writing_a_and_b(answer):
+    """Exercise 03.4 (optional), a prediction about four layers and losses the section did
+    not measure."""
+    result = check_batch_coupling(answer)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("answer", "hints", "not_named"),
+    [
+        ({"A"}, ["B divides each sample by its own length"], ["A,", "C ", "D "]),
+        ({"b"}, ["A, BatchNorm in eval mode"], ["B divides", "C ", "D "]),
+        ({"A", "B", "C"}, ["C subtracts the mean of the batch"], ["A,", "B divides", "D "]),
+        ("abd", ["D scores each sample against the other samples"], ["A,", "B divides", "C "]),
+        ("abcd", ["C subtracts", "D scores"], ["A,", "B divides"]),
+        ({"C", "D"}, ["A, BatchNorm", "B divides", "C subtracts", "D scores"], []),
+        (set(), ["A, BatchNorm", "B divides"], ["C subtracts", "D scores"]),
+        ({"A", "B", "E"}, ["E: answer with the letters A, B, C and D"], []),
+        ({"BatchNorm"}, ["answer with the letters"], []),
+        (3, ["a set of names such as {'A', 'B'}"], []),
+        (None, ["a set of names"], []),
+        (..., ["Not answered yet"], []),
+    ],
+)
+def test_batch_coupling_names_each_mistake(answer, hints, not_named):
+    result = check_batch_coupling(answer)
+    assert not result.passed
+    for hint in hints:
+        assert hint in result.message, result.message
+    for other in not_named:
+        assert other not in result.message, result.message
+
+
+def test_batch_coupling_answer_is_what_accumulation_measures():
+    """The checker's answer, measured: A and B keep 4 x 8 equal to 1 x 32, C and D do not."""
+    from helpers.accumulation import current_gradients, full_batch_gradients
+
+    class UnitLength(nn.Module):
+        def forward(self, x):
+            return x / x.norm(dim=1, keepdim=True)
+
+    class Centred(nn.Module):
+        def forward(self, x):
+            return x - x.mean(dim=0)
+
+    def in_batch_loss(z, _):
+        return nn.functional.cross_entropy(z @ z.T, torch.arange(len(z)))
+
+    def with_layer(layer, outputs=1):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), layer, nn.ReLU(), nn.Linear(16, outputs))
+
+    generator = torch.Generator().manual_seed(1)
+    features, values = torch.randn(32, 8, generator=generator), torch.randn(32, 1)
+    options = {
+        "A": (make_norm_model("BatchNorm").eval(), nn.MSELoss()),
+        "B": (with_layer(UnitLength()), nn.MSELoss()),
+        "C": (with_layer(Centred()), nn.MSELoss()),
+        "D": (with_layer(nn.Identity(), outputs=4), in_batch_loss),
+    }
+    exact = set()
+    for option, (net, loss_fn) in options.items():
+        reference = full_batch_gradients(net, loss_fn, features, values)
+        for x, y in zip(features.split(8), values.split(8), strict=True):
+            (loss_fn(net(x), y) / 4).backward()
+        error = relative_error(current_gradients(net), reference)
+        assert error < 1e-5 or error > 0.05, (option, error)
+        if error < 1e-5:
+            exact.add(option)
+    assert check_batch_coupling(exact).passed, exact
+
+
+def test_the_exercise_checks_say_what_kind_of_answer_they_expect():
+    for answer in ("train_epoch", None, 3):
+        result = check_accumulation_loop(answer)
+        assert not result.passed and "pass your function itself" in result.message
+    result = check_accumulation_loop(lambda model, optimizer: None)
+    assert not result.passed and "give it 5 parameters" in result.message
+
+
+def test_accumulation_loop_that_zeroes_before_step_is_named():
+    def train_epoch(model, optimizer, loss_fn, micro_batches, k):
+        for start in range(0, len(micro_batches), k):
+            window = micro_batches[start : start + k]
+            tokens = sum(int((y != -100).sum()) for _, y in window)
+            for inputs, targets in window:
+                (loss_fn(model(inputs), targets) / tokens).backward()
+            optimizer.zero_grad(set_to_none=False)
+            optimizer.step()
+
+    result = check_accumulation_loop(train_epoch)
+    assert not result.passed and "zero_grad() run between backward() and step()" in result.message

@@ -1,0 +1,192 @@
+"""The auditor's command, end to end: scripts in a temporary folder run unchanged (their own
+`helpers` module included), findings go to stderr, and the exit status says what happened."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TRAIN = """
+import sys
+import torch
+from torch import nn
+from helpers import make_batches  # the script's own helpers.py, not the course's
+
+torch.manual_seed(0)
+model = nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in make_batches():
+    {zero}
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+print("trained", __name__, sys.argv[1:])
+{tail}
+"""
+
+HELPERS = """
+import torch
+
+def make_batches():
+    generator = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 3, generator=generator), torch.randn(4, 1, generator=generator))
+            for _ in range(4)]
+"""
+
+
+def script(tmp_path, zero=True, tail="", name="train.py"):
+    (tmp_path / "helpers.py").write_text(textwrap.dedent(HELPERS))
+    body = TRAIN.format(zero="optimizer.zero_grad()" if zero else "pass", tail=tail)
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def run(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as an installed course would be found
+    return subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_correct_script_runs_unchanged_with_its_own_helpers_module(tmp_path):
+    path = script(tmp_path)
+    done = run(
+        sys.executable, "-m", "loop_auditor", path.name, "--lr", "0.1", "--", "-x", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "trained __main__ ['--lr', '0.1', '--', '-x']\n"  # verbatim
+    assert "loop auditor: no findings in train.py (1 optimizer, 4 steps)." in done.stderr
+
+
+def test_a_buggy_script_gets_its_findings_and_status_3(tmp_path):
+    path = script(tmp_path, zero=False)
+    done = run(sys.executable, "-m", "loop_auditor", str(path), cwd=ROOT)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.startswith("trained")
+    assert "1 finding(s)" in done.stderr
+    assert "missing-zero-grad (optimizer 1 (SGD), step 2) [3 times]" in done.stderr
+
+
+def test_the_course_name_for_the_command_also_leaves_the_scripts_helpers_alone(tmp_path):
+    """python -m helpers.audit imports the course's helpers first; the script must still get
+    its own (run from the course's folder, where `helpers` is the course's)."""
+    path = script(tmp_path, zero=False)
+    done = run(sys.executable, "-m", "helpers.audit", str(path), cwd=ROOT)
+    assert done.returncode == 3, done.stderr
+    assert "missing-zero-grad" in done.stderr
+
+
+def test_the_console_script_is_installed_and_works(tmp_path):
+    command = Path(sys.executable).parent / "loop-audit"
+    if not command.exists():
+        pytest.fail("loop-audit is missing: install the course with `pip install -e .`")
+    path = script(tmp_path)
+    done = run(str(command), "--accumulation-steps", "2", path.name, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr  # steps every micro-batch, declared 2
+    assert "window-length" in done.stderr and "never a full window" in done.stderr
+
+
+def test_the_scripts_own_exit_status_is_kept(tmp_path):
+    path = script(tmp_path, zero=False, tail="sys.exit(5)")
+    done = run(sys.executable, "-m", "loop_auditor", path.name, cwd=tmp_path)
+    assert done.returncode == 5
+    assert "missing-zero-grad" in done.stderr  # and the findings are still printed
+
+
+def test_an_error_in_the_script_shows_its_traceback_then_the_findings(tmp_path):
+    path = script(tmp_path, tail="raise ValueError('boom')")
+    done = run(sys.executable, "-m", "loop_auditor", path.name, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "ValueError: boom" in done.stderr and "Traceback" in done.stderr
+    assert done.stderr.index("ValueError: boom") < done.stderr.index("loop auditor:")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["missing.py"], "no such script: missing.py"),
+        (["--accumulation-steps", "0", "train.py"], "must be 1 or more, got 0"),
+        (["--accumulation-steps", "two", "train.py"], "must be a whole number"),
+        (["--allow", "zero-grad", "train.py"], "invalid choice: 'zero-grad'"),
+        ([], "the following arguments are required: script"),
+    ],
+)
+def test_bad_arguments_get_a_clear_error_and_status_2(tmp_path, args, says):
+    script(tmp_path)
+    done = run(sys.executable, "-m", "loop_auditor", *args, cwd=tmp_path)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_allow_silences_a_declared_code(tmp_path):
+    path = script(tmp_path, zero=False)
+    done = run(
+        sys.executable, "-m", "loop_auditor", "--allow", "missing-zero-grad", path.name,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0 and "no findings" in done.stderr, done.stderr
+
+
+DDP_TRAIN = """
+import os
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(nn.Linear(3, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+generator = torch.Generator().manual_seed(dist.get_rank())
+for window in range(2):
+    for micro in range(4):
+        x, y = torch.randn(4, 3, generator=generator), torch.randn(4, 1, generator=generator)
+        if micro < 3:
+            with model.no_sync():  # no all-reduce until the window's last micro-batch
+                (nn.functional.mse_loss(model(x), y) / 4).backward()
+        else:
+            (nn.functional.mse_loss(model(x), y) / 4).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+dist.barrier()  # makes gloo's teardown abort (below) rarer; it does not remove it
+dist.destroy_process_group()
+"""
+
+
+# torch 2.13's gloo sometimes aborts a rank while the process exits, after all its work,
+# with this message and exit code -6 (the same with the script alone, 1 run in 4 on a busy
+# machine; pytorch/pytorch issue 190489 reports the message): such a run is repeated.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def test_under_torchrun_each_rank_is_audited(tmp_path):
+    (tmp_path / "ddp.py").write_text(DDP_TRAIN)
+    for _ in range(4):
+        done = run(
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+            "--standalone", "-m", "loop_auditor", "--accumulation-steps", "4", "ddp.py",
+            cwd=tmp_path,
+        )  # fmt: skip
+        if done.returncode == 0 or TEARDOWN_ABORT not in done.stderr:
+            break
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert f"loop auditor (rank {rank}): no findings in ddp.py (1 optimizer, 2 steps)." in (
+            done.stderr
+        )
+
+
+def test_the_overhead_measurement_runs_on_a_model_of_over_100_parameter_tensors(capsys):
+    import measure_audit_overhead
+
+    assert measure_audit_overhead.main(["--rounds", "1", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("TinyGPT: 102 parameter tensors")
+    assert "set_to_none=True: " in out and "device reads by the auditor: 0 in 1 steps" in out
+    assert "set_to_none=False: " in out and "device reads by the auditor: 1 in 1 steps" in out

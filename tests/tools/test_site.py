@@ -1,0 +1,305 @@
+"""The course site (tools/build_site.py), read as files: every page and link is there, nothing is
+loaded from the network, the notebooks' launch links and folded setup cells, the bundled KaTeX
+and lunr.js, and the search index. tests/tools/test_site_browser.py opens the same site in Chromium.
+
+The build fetches KaTeX and lunr.js with npm once (into build/site-assets/); where npm or the
+registry cannot be reached these tests are skipped, unless $GM_CI is set, as CI sets it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import unquote
+
+import build_site
+import pytest
+import site_assets
+import site_search
+import sync_notebooks
+from bs4 import BeautifulSoup
+from course import cells_tagged, launch_links, notebook_paths, read
+
+NOTEBOOKS = notebook_paths()
+MARKDOWN_PAGES = ("index.html", "instructor-guide.html", "setup.html", "glossary.html")
+REMOTE = re.compile(r"^(https?:)?//", re.IGNORECASE)
+
+
+def build_or_skip(out: Path) -> list[Path]:
+    try:
+        return build_site.build(out)
+    except RuntimeError as error:  # npm missing, or the registry out of reach
+        if os.environ.get("GM_CI") or "integrity" in str(error):
+            raise
+        pytest.skip(f"the site's bundled scripts could not be fetched: {error}")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    build_or_skip(out)
+    return out
+
+
+def soup(site: Path, page: str) -> BeautifulSoup:
+    return BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
+
+
+def pages(site: Path) -> list[str]:
+    return sorted(p.name for p in site.glob("*.html"))
+
+
+def test_the_site_has_every_page(site):
+    assert {f"{p.stem}.html" for p in NOTEBOOKS} | set(MARKDOWN_PAGES) == set(pages(site))
+    page = (site / "06_loop_auditor.html").read_text(encoding="utf-8")
+    assert 'href="05_pitfalls.html"' in page and 'href="07_accumulation_at_scale.html"' in page
+    assert "No findings (" in page, "outputs included"
+    assert "data:image/png;base64" in (site / "01_autograd_accumulates.html").read_text()
+
+
+def test_every_local_link_reaches_a_file_and_its_anchor(site):
+    ids = {page: {tag["id"] for tag in soup(site, page).find_all(id=True)} for page in pages(site)}
+    checked = 0
+    for page in pages(site):
+        for link in soup(site, page).find_all("a", href=True):
+            href = link["href"]
+            if re.match(r"[a-z]+:", href):
+                continue
+            target, _, anchor = href.partition("#")
+            target = target or page
+            assert (site / target).is_file(), f"{page} links to {href}, which is not in the site"
+            if link.has_attr("download"):
+                assert target.endswith(".ipynb")
+                continue
+            assert not target.endswith((".ipynb", ".md")), f"{page}: {href} is not a page"
+            if anchor:
+                assert anchor in ids[target] or unquote(anchor) in ids[target], (
+                    f"{page} links to {href}: {target} has no id {anchor!r}"
+                )
+            checked += 1
+    assert checked > 100
+
+
+def test_no_page_loads_anything_from_the_network(site):
+    """No script, style sheet, font, image or frame from a URL: offline, the site is whole."""
+    for page in pages(site):
+        tree = soup(site, page)
+        for tag in tree.find_all(["script", "img", "iframe", "source", "audio", "video", "embed"]):
+            assert not REMOTE.match(tag.get("src", "")), f"{page}: {tag}"
+        for tag in tree.find_all("link"):
+            assert not REMOTE.match(tag.get("href", "")), f"{page}: {tag}"
+        for style in [*tree.find_all("style"), *tree.find_all(style=True)]:
+            css = style.string or style.get("style", "") or ""
+            assert not re.search(r"url\(\s*['\"]?(https?:)?//|@import", css), f"{page}: {css[:200]}"
+        for script in tree.find_all("script"):
+            assert not re.search(r"""import\(\s*["'](https?:)?//""", script.string or ""), page
+        assert not tree.find(class_="jp-Mermaid"), f"{page}: a mermaid diagram needs mermaid.js"
+    for css in (site / "_static").rglob("*.css"):
+        assert not re.search(r"url\(\s*['\"]?(https?:)?//", css.read_text()), css.name
+
+
+def test_the_bundled_scripts_are_the_pinned_packages(site):
+    static = site / "_static"
+    for name in ("katex.min.js", "katex.min.css", "auto-render.min.js", "LICENSE"):
+        assert (static / "katex" / name).is_file()
+    assert len(list((static / "katex" / "fonts").glob("*.woff2"))) == 20
+    css = (static / "katex" / "katex.min.css").read_text()
+    for font in re.findall(r"url\((fonts/[^)]+)\)", css):
+        assert (static / "katex" / font).is_file(), f"katex.min.css needs {font}"
+    assert (static / "lunr" / "lunr.min.js").is_file() and (static / "lunr" / "LICENSE").is_file()
+    header = (static / "lunr" / "lunr.min.js").read_text().splitlines()[1]
+    assert header.startswith(" * lunr - ") and header.endswith(f" - {site_assets.LUNR.version}")
+    assert (
+        f'version:"{site_assets.KATEX.version}"' in (static / "katex" / "katex.min.js").read_text()
+    )
+    for package in site_assets.PACKAGES:
+        tarball = site_assets.CACHE / package.tarball
+        assert site_assets.integrity_of(tarball) == package.integrity
+
+
+def test_a_tarball_that_is_not_the_pinned_one_is_refused(tmp_path):
+    (tmp_path / site_assets.LUNR.tarball).write_bytes(b"not lunr")
+    with pytest.raises(RuntimeError, match="not the pinned sha512-"):
+        site_assets.fetch(site_assets.LUNR, cache=tmp_path)
+
+
+def test_without_npm_the_build_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"npm is not installed: install Node\.js and npm"):
+        site_assets.fetch(site_assets.KATEX, cache=tmp_path)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_each_notebook_page_launches_the_notebook_and_folds_its_setup_cell(site, path):
+    tree = soup(site, f"{path.stem}.html")
+    [bar] = tree.select(".course-launch")
+    links = {a.get_text(): a["href"] for a in bar.find_all("a")}
+    assert links == {**launch_links(path.name), "Download .ipynb": path.name}
+    badges = read(path).cells[cells_tagged(read(path), sync_notebooks.BADGES_TAG)[0]].source
+    for href in launch_links(path.name).values():
+        assert f"({href})" in badges, "the page and the notebook's links come from one setting"
+    assert (site / path.name).read_bytes() == path.read_bytes()
+    assert not tree.select("img[src^='http']"), "a badge image shows as broken alt text offline"
+    [folded] = tree.select("details.course-folded")
+    assert folded.summary.get_text() == sync_notebooks.SETUP_TITLE
+    assert "COURSE_REPO" in folded.get_text(), "the fold holds the setup cell's code"
+    assert "open" not in folded.attrs, "folded until asked for"
+
+
+def test_formulas_reach_the_page_as_tex_for_katex(site):
+    glossary = (site / "glossary.html").read_text(encoding="utf-8")
+    assert r"\(b_t = \beta\, b_{t-1} + (1 - \text{dampening})\, g_t\)" in glossary
+    assert r"\text{weight\_decay}" in glossary, "markdown escapes must not eat TeX"
+    page = (site / "01_autograd_accumulates.html").read_text(encoding="utf-8")
+    assert r"$\eta\,\lambda &lt; 4$" in page
+    for name in pages(site):
+        head = soup(site, name).head
+        scripts = [s.get("src") for s in head.find_all("script", src=True)]
+        assert scripts == [
+            "_static/katex/katex.min.js",
+            "_static/katex/auto-render.min.js",
+            "_static/course.js",
+        ], name
+
+
+# ------------------------------------------------------------------------------- search
+# The pages' own search (the site's course.js and lunr.js) on the site's index, under Node.js.
+NODE_SEARCH = """
+const [lunrJs, indexJs, courseJs, queries] = process.argv.slice(1);
+const lunr = require(lunrJs);
+require(indexJs);
+const course = require(courseJs);
+const engine = {index: lunr.Index.load(globalThis.courseSearchIndex.index),
+                sections: globalThis.courseSearchIndex.sections};
+const found = {};
+for (const query of JSON.parse(queries)) {
+  found[query] = course.search(lunr, engine, query)
+    .map((s) => ({page: s.page, anchor: s.anchor, title: s.title}));
+}
+console.log(JSON.stringify(found));
+"""
+
+
+def search(site: Path, *queries: str) -> dict[str, list[dict]]:
+    static = site / "_static"
+    done = subprocess.run(
+        ["node", "-e", NODE_SEARCH, str(static / "lunr" / "lunr.min.js"),
+         str(site / "search-index.js"), str(static / "course.js"), json.dumps(queries)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def sections_of(site: Path) -> list[dict]:
+    text = (site / "search-index.js").read_text(encoding="utf-8")
+    return json.loads(text[text.index("=") + 1 :].strip().rstrip(";"))["sections"]
+
+
+def test_the_index_has_a_section_for_every_heading_and_glossary_entry(site):
+    by_page: dict[str, set[str]] = {}
+    for section in sections_of(site):
+        by_page.setdefault(section["page"], set()).add(section["anchor"])
+    assert set(by_page) == set(pages(site))
+    for page in pages(site):
+        tree = soup(site, page)
+        headings = {h["id"] for h in tree.find_all(site_search.HEADINGS, id=True)}
+        assert headings <= by_page[page], f"{page}: sections missing {headings - by_page[page]}"
+    glossary = soup(site, "glossary.html")
+    terms = {p["id"] for p in glossary.find_all("p", id=True)}
+    assert len(terms) > 50 and terms <= by_page["glossary.html"]
+
+
+def test_search_finds_prose_code_the_guide_and_the_glossary(site):
+    found = search(site, "no_sync", "_foreach_zero_", "retain_grad", "retain", "torch.compile")
+
+    def pages_for(query: str) -> set[str]:
+        return {result["page"] for result in found[query]}
+
+    assert {"glossary.html", "instructor-guide.html", "07_accumulation_at_scale.html"} <= (
+        pages_for("no_sync")
+    )
+    assert "02_zero_grad_internals.html" in pages_for("_foreach_zero_"), "code is indexed"
+    assert "01_autograd_accumulates.html" in pages_for("retain_grad"), "identifiers, whole"
+    assert "01_autograd_accumulates.html" in pages_for("retain"), "and by their parts"
+    assert "08_training_stacks.html" in pages_for("torch.compile")
+
+
+def test_every_word_is_stemmed_alike_in_the_index_and_the_query(site):
+    """lunr.py and lunr.js stem some words differently (decay, key, today): one library
+    builds and searches the index, so each is found."""
+    queries = ("weight decay", "weight_decay", "Key points", "today", "try")
+    found = search(site, *queries)
+    assert all(found[query] for query in queries), {q: len(found[q]) for q in queries}
+    titles = [result["title"] for result in found["Key points"]]
+    assert titles.count("Key points") == len(NOTEBOOKS), titles
+
+
+def test_the_whole_last_word_ranks_above_words_it_begins(site):
+    found = search(site, "gradient accumulation", "zero_grad")
+    top = [(r["page"], r["title"]) for r in found["gradient accumulation"][:3]]
+    assert ("glossary.html", "gradient accumulation") in top, top
+    assert any(page.startswith("03_") for page, _ in top), top
+    assert found["zero_grad"][0]["page"] in ("glossary.html", "02_zero_grad_internals.html")
+
+
+def test_tex_commands_and_stop_words_find_nothing(site):
+    found = search(site, "cdot", "why", "the")
+    assert found == {"cdot": [], "why": [], "the": []}
+
+
+def test_the_index_leaves_out_solutions_the_setup_cell_and_the_generated_cells(site):
+    def flat(text: str) -> str:
+        return " ".join(text.split())
+
+    sections = [s for s in sections_of(site) if s["page"][:2].isdigit()]
+    text = flat(" ".join(s["text"] for s in sections))
+    assert "Solution (click to reveal)" not in text
+    assert "COURSE_REPO" not in text, "the setup cell is not indexed"
+    assert "Run it online" not in text and "Next:" not in text
+    for path in NOTEBOOKS:
+        nb = read(path)
+        for index in cells_tagged(nb, "solution"):
+            code = flat(nb.cells[index].source.split("```python", 1)[1].split("```", 1)[0])
+            assert code not in text, f"{path.name}: a folded solution is in the search index"
+
+
+def test_index_words_split_as_queries_do(site):
+    done = subprocess.run(
+        ["node", "-e", "const c = require(process.argv[1]);"
+         "console.log(JSON.stringify(process.argv.slice(2).map(c.indexWords)))",
+         str(site / "_static" / "course.js"), "set_to_none=True, (zero_grad)",
+         r"__init__ β=0.9 $\frac{1}{4} \cdot x$"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(done.stdout) == [
+        "set_to_none true zero_grad set to none zero grad",
+        "__init__ β 0 9 1 4 x",
+    ]
+
+
+def test_a_widget_output_says_where_it_runs_instead_of_printing_its_repr(site):
+    for path in NOTEBOOKS:
+        widgets = sum(
+            "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+            for cell in read(path).cells
+            if cell.cell_type == "code"
+            for output in cell.outputs
+        )
+        tree = soup(site, f"{path.stem}.html")
+        assert len(tree.select(".course-widget")) == widgets, path.name
+        outputs = " ".join(o.get_text() for o in tree.select(".jp-OutputArea"))
+        assert "interactive(children=" not in outputs, path.name
+
+
+def test_a_word_one_letter_off_is_found_when_nothing_matches_exactly(site):
+    found = search(site, "acumulation", "gradeint accumulation", "DistribuedSampler", "qwertyuiop")
+    assert found["acumulation"][0]["title"] == "gradient accumulation"
+    assert ("glossary.html", "gradient accumulation") in [
+        (r["page"], r["title"]) for r in found["gradeint accumulation"][:3]
+    ]
+    assert found["DistribuedSampler"][0]["title"] == "DistributedSampler"
+    assert found["qwertyuiop"] == []
