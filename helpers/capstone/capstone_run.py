@@ -17,9 +17,10 @@ The setting (the same for the learner's function and the course's reference):
 The rank program (``python -m helpers.capstone.capstone_run``, started by :func:`run_capstone`
 through ``helpers.processes.launcher``) imports the learner's function from a file, runs it under
 the loop auditor with spies on the GradScaler, the optimizer and DDP's all-reduces, and rank 0
-writes what it saw as JSON. :func:`reference_run` computes the single-process reference, and the
-same loop with one of :data:`VARIANTS`' mistakes, so that a checker can name a mistake by
-the weights it gives.
+writes what it saw as JSON. :func:`run_capstones` judges several functions in one launch (the
+rank program's ``--batch``), for the course's tests. :func:`reference_run` computes the
+single-process reference, and the same loop with one of :data:`VARIANTS`' mistakes, so that
+a checker can name a mistake by the weights it gives.
 """
 
 from __future__ import annotations
@@ -229,6 +230,9 @@ def _global_micro_tokens(data, i: int) -> int:
     return sum(token_count(data[r][i][1]) for r in range(WORLD))
 
 
+# ------------------------------------------------------------------ the learner's source
+
+
 # ------------------------------------------------------------------ the rank program
 def _learner_function(path: str, name: str) -> Callable:
     import importlib.util
@@ -239,25 +243,15 @@ def _learner_function(path: str, name: str) -> Callable:
     return getattr(module, name)
 
 
-def main(argv: list[str] | None = None) -> None:
-    import torch.distributed as dist
+def _train(source: str, name: str, rank: int, world: int) -> tuple[torch.Tensor | None, dict]:
+    """Run the learner's function ``name`` from the file ``source`` on this rank, on a fresh
+    model, optimizer, scheduler and scaler, under the loop auditor and the spies. Returns
+    ``(final weights, what was seen)``, or ``(None, the error report)`` when it raised."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from helpers.at_scale.ddp_accumulation import AllReduceCounter, counting_allreduce
     from helpers.audit import LoopAuditor
     from helpers.checks import LearnerCodeError, call_learner
-    from helpers.processes.rank_runtime import exit_when_orphaned, leave_at_once
-
-    exit_when_orphaned()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--source", required=True, help="file that defines the function")
-    parser.add_argument("--name", required=True, help="the function's name")
-    parser.add_argument("--out", required=True, help="folder for the results")
-    args = parser.parse_args(argv)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.set_num_threads(1)
-    out = Path(args.out)
 
     model = make_model()
     ddp = DDP(model)
@@ -272,32 +266,147 @@ def main(argv: list[str] | None = None) -> None:
         add_overflow(model, data[OVERFLOW[1]][0])
     try:  # the clip spy first: the learner's module may import clip_grad_norm_ by name
         with ClipSpy() as clips:
-            train = call_learner(_learner_function, args.source, args.name)
+            train = call_learner(_learner_function, source, name)
             with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
                 call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
     except LearnerCodeError as error:
-        report = {"error": str(error), "kind": type(error.error).__name__, "calls": spy.calls}
-        (out / f"error{rank}.json").write_text(json.dumps({**report, "time": time.time()}))
+        return None, {"error": str(error), "kind": type(error.error).__name__, "calls": spy.calls}
+    return flat_weights(model), {
+        "findings": [[f.code, f.message] for f in audit.findings],
+        "calls": spy.calls,
+        "max_norms": clips.norms,
+        "lrs": lrs,
+        "scale": scaler.get_scale(),
+        "allreduces": counter.calls,
+        "buckets": len(counter.buckets),
+    }
+
+
+def _gather_results(weights: torch.Tensor, seen: dict) -> dict:
+    """Rank 0's results: its weights, the largest difference from another rank's, and what
+    it saw (a collective: every rank calls it)."""
+    import torch.distributed as dist
+
+    gathered = [torch.empty_like(weights) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, weights)
+    across = max((g - weights).abs().max().item() for g in gathered)
+    return {"weights": weights.tolist(), "across_ranks": across, **seen}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch.distributed as dist
+
+    from helpers.processes.rank_runtime import exit_when_orphaned, leave_at_once
+
+    exit_when_orphaned()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--source", required=True, action="append", help="file that defines the function"
+    )
+    parser.add_argument("--name", required=True, action="append", help="the function's name")
+    parser.add_argument("--out", required=True, help="folder for the results")
+    parser.add_argument(
+        "--batch",
+        type=float,
+        metavar="TIMEOUT",
+        help="judge every --source/--name pair in turn, each given TIMEOUT seconds "
+        "(see run_capstones); without it, one function (see run_capstone)",
+    )
+    args = parser.parse_args(argv)
+    if len(args.source) != len(args.name):
+        parser.error("give one --name for each --source")
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    if args.batch is not None:
+        _main_batch(list(zip(args.source, args.name, strict=True)), out, args.batch)
+        leave_at_once()
+    if len(args.source) != 1:
+        parser.error("give one --source and one --name, or --batch")
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    weights, seen = _train(args.source[0], args.name[0], rank, world)
+    if weights is None:
+        (out / f"error{rank}.json").write_text(json.dumps({**seen, "time": time.time()}))
         sys.stdout.flush()
         os._exit(1)
-    weights = flat_weights(model)
-    gathered = [torch.empty_like(weights) for _ in range(world)]
-    dist.all_gather(gathered, weights)
+    results = _gather_results(weights, seen)
     if rank == 0:
-        results = {
-            "weights": weights.tolist(),
-            "across_ranks": max((g - weights).abs().max().item() for g in gathered),
-            "findings": [[f.code, f.message] for f in audit.findings],
-            "calls": spy.calls,
-            "max_norms": clips.norms,
-            "lrs": lrs,
-            "scale": scaler.get_scale(),
-            "allreduces": counter.calls,
-            "buckets": len(counter.buckets),
-        }
         (out / "results.json").write_text(json.dumps(results))
     dist.destroy_process_group()
     leave_at_once()
+
+
+class _Deadline:
+    """A batch's watchdog: a rank still on function ``index`` ``timeout`` seconds after it
+    began writes ``timeout{index}_{rank}.json`` (with the time) and ends, which ends the
+    launch (the function hung, or its ranks wait for each other in a collective)."""
+
+    def __init__(self, out: Path, rank: int, timeout: float):
+        import threading
+
+        self.out, self.rank, self.timeout = out, rank, timeout
+        self.index, self.until = -1, float("inf")
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def start(self, index: int) -> None:
+        self.index, self.until = index, time.monotonic() + self.timeout
+
+    def stop(self) -> None:
+        self.until = float("inf")
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.1)
+            if time.monotonic() > self.until:
+                marker = self.out / f"timeout{self.index}_{self.rank}.json"
+                marker.write_text(json.dumps({"time": time.time()}))
+                sys.stdout.flush()
+                os._exit(1)
+
+
+def _main_batch(functions: list[tuple[str, str]], out: Path, timeout: float) -> None:
+    """The ranks of :func:`run_capstones`: each function in turn, in a process group of its
+    own (so that a function whose ranks ran different collectives leaves nothing behind).
+
+    For function ``j``, every rank writes ``error{j}_{rank}.json`` if the function raised on
+    it; once every rank has said how its run ended (through the store, not a collective),
+    rank 0 writes ``results{j}.json`` if none raised, then ``judged{j}``. A rank that raised
+    destroys its process group at once: the sockets close, and a rank still waiting for it
+    in a collective gets an error instead of waiting forever. What no rank can leave (a
+    hang) is ended by :class:`_Deadline`, and with it the launch."""
+    import gc
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=timedelta(days=1))
+    deadline = _Deadline(out, rank, timeout)  # the store waits forever: the deadline ends it
+    for j, (source, name) in enumerate(functions):
+        deadline.start(j)
+        torch.set_grad_enabled(True)  # what an earlier function may have switched off
+        group_store = dist.PrefixStore(f"capstone{j}/", store)
+        dist.init_process_group("gloo", store=group_store, rank=rank, world_size=world)
+        weights, seen = _train(source, name, rank, world)
+        gc.collect()  # the learner's frames and the DDP model: the group's last references
+        if weights is None:
+            (out / f"error{j}_{rank}.json").write_text(json.dumps({**seen, "time": time.time()}))
+            dist.destroy_process_group()  # closes its sockets: a rank waiting for it fails
+        store.set(f"ended{j}/{rank}", "ok" if weights is not None else "error")
+        store.wait([f"ended{j}/{r}" for r in range(world)])
+        if all(store.get(f"ended{j}/{r}") == b"ok" for r in range(world)):
+            results = _gather_results(weights, seen)
+            if rank == 0:
+                (out / f"results{j}.json").write_text(json.dumps(results))
+        if weights is not None:
+            dist.destroy_process_group()
+        if rank == 0:
+            (out / f"judged{j}").touch()
+    deadline.stop()
+    store.set(f"left/{rank}", "1")
+    if rank == 0:  # rank 0 holds the store: it leaves last
+        store.wait([f"left/{r}" for r in range(world)])
 
 
 class CapstoneRunError(Exception):
@@ -333,6 +442,72 @@ def run_capstone(function: Callable, timeout: float = 60) -> dict:
             kind = "timeout" if "took over" in str(error) else "failed"
             raise CapstoneRunError(kind, str(error)) from None
         return json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+
+
+def run_capstones(functions: list[Callable], timeout: float = 60) -> list[dict | CapstoneRunError]:
+    """:func:`run_capstone` on each of ``functions``, in as few launches as can be: one pair
+    of ranks judges them in turn, each on a fresh model, optimizer, scheduler, scaler and
+    process group. Returns, in order, each function's results (the dict of
+    :func:`run_capstone`), or the :class:`CapstoneRunError` it would have raised there.
+
+    A function that raises on one rank while the other waits for it in a collective, or on
+    every rank, is judged in the same launch (see :func:`_main_batch`). One that runs over
+    ``timeout`` seconds (a hang) ends the launch: it gets its "timeout", and the functions
+    after it are judged in a new launch. The functions share the ranks' interpreter: one
+    that changes global state other than grad mode (a default dtype, a patched torch
+    function) could affect the next; the course's answers do not, and a learner's function
+    goes through :func:`run_capstone` alone. Raises ``ValueError`` as :func:`function_source`
+    does, before launching anything."""
+    from helpers.processes.run_ranks import launch
+
+    sources = [function_source(function) for function in functions]
+    outcomes: list[dict | CapstoneRunError] = []
+    with tempfile.TemporaryDirectory() as folder:
+        paths = []
+        for index, source in enumerate(sources):
+            paths.append(Path(folder) / f"learner_capstone{index}.py")
+            paths[-1].write_text(PREAMBLE + source + "\n", encoding="utf-8")
+        while len(outcomes) < len(functions):
+            first = len(outcomes)  # this launch judges functions first, first + 1, ...
+            out = Path(folder) / f"launch{first}"
+            out.mkdir()
+            args = [f"--out={out}", f"--batch={timeout:g}"]
+            for path, function in zip(paths[first:], functions[first:], strict=True):
+                args += [f"--source={path}", f"--name={function.__name__}"]
+            try:  # the ranks' deadline ends a hang; this one only backs it up
+                backstop = timeout * (len(functions) - first + 1)
+                launch("helpers.capstone.capstone_run", args, nproc=WORLD, timeout=backstop)
+                failure = None
+            except RuntimeError as error:
+                failure = error
+            for j in range(len(functions) - first):
+                if not (out / f"judged{j}").exists():  # the launch ended on this function
+                    outcomes.append(_batch_outcome(out, j, failure, timeout))
+                    break
+                outcomes.append(_batch_outcome(out, j))
+    return outcomes
+
+
+def _batch_outcome(
+    out: Path, j: int, failure: RuntimeError | None = None, timeout: float = 0
+) -> dict | CapstoneRunError:
+    """What :func:`_main_batch` left for its function ``j``: rank 0's results, or the first
+    thing that went wrong (a rank's error or deadline, whichever came first), or else the
+    launch's own ``failure`` (``None``: the launch ended well without judging it)."""
+    if (out / f"results{j}.json").exists():
+        return json.loads((out / f"results{j}.json").read_text(encoding="utf-8"))
+    errors = [json.loads(p.read_text()) for p in out.glob(f"error{j}_*.json")]
+    stops = [json.loads(p.read_text()) for p in out.glob(f"timeout{j}_*.json")]
+    events = sorted([*errors, *stops], key=lambda event: event["time"])
+    if events and "error" not in events[0]:  # a deadline, before any error
+        message = f"the {WORLD}-process run took over {timeout:g} s and was stopped"
+        return CapstoneRunError("timeout", message)
+    if events:
+        return CapstoneRunError("error", events[0]["error"], events[0]["calls"])
+    if failure is None:
+        return CapstoneRunError("failed", "the run ended without judging the function")
+    kind = "timeout" if "took over" in str(failure) else "failed"
+    return CapstoneRunError(kind, str(failure))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from helpers.at_scale.checkers_07 import OPTIMIZER_STEP, finding_hint, scaler_er
 from helpers.capstone import capstone_run
 from helpers.checks import (
     NOT_ANSWERED,
+    AnswerKindError,
     CheckResult,
     as_function,
     checker,
@@ -24,7 +25,7 @@ from helpers.checks import (
 )
 
 # Exercise 09.2: DDP's all-reduces of the gradients on one rank over the whole capstone run,
-# with the model's gradients in one bucket (tests/capstone/test_capstone.py counts them in a run).
+# with the model's gradients in one bucket (tests/test_capstone.py counts them in a run).
 BUCKETS = 1
 WINDOWS = len(capstone_run.window_slices(capstone_run.MICRO_BATCHES))  # 3, 3, 3 and 1 micro-batches
 check_gradient_allreduces = number_checker(
@@ -108,6 +109,44 @@ def check_capstone(train_ddp: object, timeout: float = 60) -> CheckResult:
     clipping of the unscaled gradient; one scheduler step per window. Its final weights must
     equal one process trained on both ranks' data (``helpers.capstone.capstone_run.reference_run``),
     and the loop auditor must find nothing. ``timeout`` bounds the run (a hang is a ❌)."""
+    function = _capstone_function(train_ddp)
+    if isinstance(function, CheckResult):
+        return function
+    try:
+        results = capstone_run.run_capstone(function, timeout=timeout)
+    except capstone_run.CapstoneRunError as error:
+        return wrong(_capstone_error_hint(error, timeout))
+    return _judge_capstone(results)
+
+
+def check_capstones(answers: list, timeout: float = 60) -> list[CheckResult]:
+    """:func:`check_capstone` on each of ``answers``, the same verdicts, with the answers that
+    need a run judged together (``helpers.capstone.capstone_run.run_capstones``: one launch of 2
+    processes for all of them, and one more after each answer that runs over ``timeout``
+    seconds). For the course's tests, which judge many answers; a learner's answer goes
+    through :func:`check_capstone`."""
+    verdicts: list = []
+    functions, runs = [], []  # the answers that need a run, and their places in verdicts
+    for answer in answers:
+        try:
+            verdict = _capstone_function(answer)
+        except AnswerKindError as error:  # what @checker does for check_capstone
+            verdict = wrong(str(error))
+        if not isinstance(verdict, CheckResult):  # a function to run
+            runs.append(len(verdicts))
+            functions.append(verdict)
+        verdicts.append(verdict)
+    for place, outcome in zip(runs, capstone_run.run_capstones(functions, timeout), strict=True):
+        if isinstance(outcome, capstone_run.CapstoneRunError):
+            verdicts[place] = wrong(_capstone_error_hint(outcome, timeout))
+        else:
+            verdicts[place] = _judge_capstone(outcome)
+    return verdicts
+
+
+def _capstone_function(train_ddp: object):
+    """``train_ddp`` as a function whose source the ranks can run, or the ❌ that says why
+    it is not one (raises ``AnswerKindError`` for an answer of the wrong kind)."""
     if is_unanswered(train_ddp):
         return wrong(NOT_ANSWERED)
     function = as_function(train_ddp, CAPSTONE_CALL)
@@ -117,11 +156,7 @@ def check_capstone(train_ddp: object, timeout: float = 60) -> CheckResult:
         return wrong(str(error))
     if learner_code.has_placeholder(source):
         return wrong("your function still has `...` in it: replace each one with code.")
-    try:
-        results = capstone_run.run_capstone(function, timeout=timeout)
-    except capstone_run.CapstoneRunError as error:
-        return wrong(_capstone_error_hint(error, timeout))
-    return _judge_capstone(results)
+    return function
 
 
 def _judge_capstone(results: dict) -> CheckResult:

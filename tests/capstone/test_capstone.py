@@ -1,7 +1,10 @@
 """Notebook 09's capstone (exercise 09.1): the setting, the single-process reference, and
-the checker, which runs the learner's function on 2 real DDP processes (gloo). Each checker
-test launches 2 processes (about 3 s), one test per mistake. Also exercise 09.2's checker,
-and the exercise text's list of the names the learner's function may use."""
+the checker, which runs the learner's function on 2 real DDP processes (gloo). A launch of 2
+processes costs about 3 s: the answers (each mistake, the correct loops) are judged together
+in one launch (``check_capstones``), each test asserting on its own verdict; the learner's
+path (``check_capstone``, one launch per answer) is run for a correct answer, an exception in
+one rank and a hang. Also exercise 09.2's checker, and the exercise text's list of the names
+the learner's function may use."""
 
 import importlib.util
 import itertools
@@ -14,7 +17,8 @@ import torch
 
 from helpers import learner_code
 from helpers.capstone import capstone_run
-from helpers.capstone.checkers_09 import check_capstone, check_gradient_allreduces
+from helpers.capstone.checkers_09 import check_capstone, check_capstones, check_gradient_allreduces
+from helpers.processes import run_ranks
 from helpers.spies import ClipSpy
 
 HEADER = """\
@@ -332,33 +336,128 @@ def test_the_clip_spy_records_each_max_norm_and_restores_the_function():
 
 
 # ------------------------------------------------------------------ the checker
-def test_the_model_solution_passes(folder, strict_checks):
+HANG = with_mistake(
+    [("        optimizer.zero_grad()\n",
+      "        optimizer.zero_grad()\n        if dist.get_rank() == 1:\n"
+      "            import time\n            time.sleep(600)\n")]
+)  # fmt: skip
+
+
+def unfinished(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
+    optimizer.zero_grad()
+    ...
+
+
+class Launches:
+    """Inside a ``with`` block: the launches of 2 processes (``helpers.processes.run_ranks.launch``)
+    and the outcomes of each ``run_capstones``, with strict checks off (a batch judges wrong
+    answers too)."""
+
+    def __enter__(self):
+        self.launches, self.runs = [], []
+        self.patch = pytest.MonkeyPatch()
+        launch, run_capstones = run_ranks.launch, capstone_run.run_capstones
+
+        def counted_launch(module, args, *rest, **options):
+            self.launches.append((module, list(args)))
+            return launch(module, args, *rest, **options)
+
+        def recorded_run(functions, *rest, **options):
+            self.runs.append(run_capstones(functions, *rest, **options))
+            return self.runs[-1]
+
+        self.patch.setattr(run_ranks, "launch", counted_launch)
+        self.patch.setattr(capstone_run, "run_capstones", recorded_run)
+        self.patch.delenv("GM_STRICT_CHECKS", raising=False)
+        return self
+
+    def __exit__(self, *exc):
+        self.patch.undo()
+
+
+# Every answer the checker must judge, in one batch: the model solution first, each mistake
+# (some raise on both ranks, one on one rank while the other waits in an all-reduce), then
+# the correct loops written otherwise, judged after all of them on fresh state; and two
+# answers that must not be run at all.
+BATCH = ["model solution", *MISTAKES, "counter", "stack", "unanswered", "unfinished"]
+
+
+@pytest.fixture(scope="module")
+def judged(folder):
+    """Every answer of :data:`BATCH` judged by one ``check_capstones``: its verdicts by name,
+    with the launches and outcomes it took."""
+    sources = {"model solution": MODEL_SOLUTION, "counter": COUNTER_STYLE}
+    sources |= {"stack": EXIT_STACK_STYLE}
+    sources |= {mistake: with_mistake(edits) for mistake, (edits, _) in MISTAKES.items()}
+    answers = {name: learner_function(folder, source) for name, source in sources.items()}
+    answers |= {"unanswered": ..., "unfinished": unfinished}
+    with Launches() as seen:
+        verdicts = check_capstones([answers[name] for name in BATCH])
+    seen.verdicts = dict(zip(BATCH, verdicts, strict=True))
+    [seen.outcomes] = seen.runs
+    return seen
+
+
+def test_the_batch_judges_every_answer_in_one_launch(judged):
+    """Each mistake is its own test below, but the checker ran them in one launch of 2
+    processes, the one that desynchronizes the ranks included; the answers that cannot run
+    were judged without running."""
+    assert len(judged.launches) == 1, judged.launches
+    [(module, args)] = judged.launches
+    assert module == "helpers.capstone.capstone_run" and "--batch=60" in args
+    assert sum(arg.startswith("--source=") for arg in args) == len(BATCH) - 2
+    assert len(judged.outcomes) == len(BATCH) - 2
+    assert judged.verdicts["unanswered"].unanswered
+    assert "still has `...`" in judged.verdicts["unfinished"].message
+
+
+def test_the_model_solution_passes(folder, judged, strict_checks):
+    """Through the learner's path, one launch for one answer; the batch's verdict is the
+    same."""
     result = check_capstone(learner_function(folder, MODEL_SOLUTION))
     assert result.passed and "same weights as one process" in result.message
+    assert judged.verdicts["model solution"] == result
 
 
-@pytest.mark.parametrize("source", [COUNTER_STYLE, EXIT_STACK_STYLE], ids=["counter", "stack"])
-def test_correct_loops_written_otherwise_pass(folder, source):
-    result = check_capstone(learner_function(folder, source))
+@pytest.mark.parametrize("name", ["counter", "stack"])
+def test_correct_loops_written_otherwise_pass(judged, name):
+    result = judged.verdicts[name]
     assert result.passed, result.message
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))
-def test_each_mistake_is_named(folder, mistake):
-    edits, hint = MISTAKES[mistake]
-    result = check_capstone(learner_function(folder, with_mistake(edits)))
+def test_each_mistake_is_named(judged, mistake):
+    _, hint = MISTAKES[mistake]
+    result = judged.verdicts[mistake]
     assert not result.passed and hint in result.message, result.message
     assert "Traceback" not in result.message
 
 
+def test_an_exception_in_one_rank_alone_gets_the_batchs_verdict(folder, judged):
+    """Through the learner's path: rank 1 raises, rank 0 waits in an all-reduce and is
+    stopped; the verdict names rank 1's error, as the batch's does."""
+    edits, hint = MISTAKES["an exception in one rank"]
+    result = check_capstone(learner_function(folder, with_mistake(edits)))
+    assert not result.passed and hint in result.message, result.message
+    assert judged.verdicts["an exception in one rank"] == result
+
+
 def test_a_hang_is_stopped_with_a_clear_message(folder):
-    source = with_mistake(
-        [("        optimizer.zero_grad()\n",
-          "        optimizer.zero_grad()\n        if dist.get_rank() == 1:\n"
-          "            import time\n            time.sleep(600)\n")]
-    )  # fmt: skip
-    result = check_capstone(learner_function(folder, source), timeout=8)
+    result = check_capstone(learner_function(folder, HANG), timeout=8)
     assert not result.passed and "did not finish within 8 s" in result.message, result.message
+
+
+def test_a_hang_in_a_batch_ends_its_launch_and_no_other_verdict(folder):
+    """The ranks' deadline stops a hanging answer: the answers before it keep their verdicts
+    from that launch, the ones after it get a launch of their own. (In a batch, an answer's
+    time starts when its run does, after the processes have started.)"""
+    answers = [learner_function(folder, s) for s in (MODEL_SOLUTION, HANG, COUNTER_STYLE)]
+    with Launches() as seen:
+        before, hang, after = check_capstones(answers, timeout=5)
+    assert len(seen.launches) == 2, seen.launches
+    assert sum(a.startswith("--source=") for a in seen.launches[1][1]) == 1  # only the last
+    assert before.passed and after.passed, (before, after)
+    assert not hang.passed and "did not finish within 5 s" in hang.message, hang.message
 
 
 def test_answers_of_the_wrong_kind_launch_nothing():
@@ -366,11 +465,7 @@ def test_answers_of_the_wrong_kind_launch_nothing():
         """Only a placeholder."""
         ...
 
-    def unfinished(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
-        optimizer.zero_grad()
-        ...
-
-    for answer, fragment in [
+    answers = [
         (..., "Not answered"),
         ("train_ddp", "pass your function itself"),
         (lambda model: None, "give it 6 parameters"),
@@ -380,9 +475,14 @@ def test_answers_of_the_wrong_kind_launch_nothing():
             lambda model, optimizer, scheduler, scaler, micro_batches, k: None,
             "write your function with def in a cell, not as a lambda",
         ),
-    ]:
-        result = check_capstone(answer)
-        assert not result.passed and fragment in result.message, result.message
+    ]
+    with Launches() as seen:
+        for answer, fragment in answers:
+            result = check_capstone(answer)
+            assert not result.passed and fragment in result.message, result.message
+        batch = check_capstones([answer for answer, _ in answers])
+        assert batch == [check_capstone(answer) for answer, _ in answers]
+    assert seen.launches == []
 
 
 def test_the_exercise_source_needs_only_the_preamble():
@@ -442,11 +542,11 @@ def test_the_allreduce_count_never_raises_at_a_learner():
         assert not result.passed and fragment in result.message, result.message
 
 
-def test_the_allreduce_counts_answer_is_what_a_run_counts(folder):
+def test_the_allreduce_counts_answer_is_what_a_run_counts(judged):
     """Exercise 09.2's answer, from the model solution run on 2 real processes: one bucket,
     all-reduced once per window, the overflowing window included."""
     from helpers.capstone.checkers_09 import BUCKETS
 
-    results = capstone_run.run_capstone(learner_function(folder, MODEL_SOLUTION))
+    results = judged.outcomes[BATCH.index("model solution")]
     assert results["buckets"] == BUCKETS
     assert results["allreduces"] == check_gradient_allreduces.expected() == 4
