@@ -10,12 +10,11 @@ In each environment:
 
 - nbval runs every notebook that this torch runs (by ``helpers/versions.py``), with all its
   checks, and compares every output with the committed one; only the PyTorch message texts
-  listed in ``tools/torch_message_texts.cfg`` may differ;
+  listed in ``tools/torch_message_texts.cfg`` may differ; in the same run each exercise's
+  solution must pass (``tools/nbval_solutions.py``);
 - ``tests/course/test_torch_range.py`` checks that every notebook this torch does not run stops at
   its setup cell with the message that names the torch it needs;
-- on the newest release, the notebook checks and the solutions too
-(``tests/course/test_notebooks.py``,
-  ``tests/course/test_solutions.py``).
+- on the newest release, the notebook checks too (``tests/course/test_notebooks.py``).
 
 An environment gets ``torch==X`` from PyPI (a CUDA build on Linux, which runs on the CPU), with
 ``PIP_CONFIG_FILE=/dev/null`` so that a machine-wide pip setting cannot cap or redirect it,
@@ -53,7 +52,7 @@ SANITIZER = ROOT / "tools" / "torch_message_texts.cfg"
 # (JupyterLab too: notebook 00's report fails without it).
 COURSE_PACKAGES = ("jupyterlab", "matplotlib", "ipywidgets")
 TEST_PACKAGES = ("pytest", "nbval", "nbformat", "jupyter_client")
-NEWEST_TESTS = ("tests/course/test_notebooks.py", "tests/course/test_solutions.py")
+NEWEST_TESTS = ("tests/course/test_notebooks.py",)
 MARKERS = "not browser and not colab"  # the default run's, with torch_range
 
 
