@@ -119,7 +119,7 @@ def check_capstone(train_ddp: object, timeout: float = 60) -> CheckResult:
     return _judge_capstone(results)
 
 
-def check_capstones(answers: list, timeout: float = 60) -> list[CheckResult]:
+def judge_capstones(answers: list, timeout: float = 60) -> list[CheckResult]:
     """:func:`check_capstone` on each of ``answers``, the same verdicts, with the answers that
     need a run judged together (``helpers.capstone.capstone_run.run_capstones``: one launch of 2
     processes for all of them, and one more after each answer that runs over ``timeout``

@@ -1,7 +1,7 @@
 """Notebook 09's capstone (exercise 09.1): the setting, the single-process reference, and
 the checker, which runs the learner's function on 2 real DDP processes (gloo). A launch of 2
 processes costs about 3 s: the answers (each mistake, the correct loops) are judged together
-in one launch (``check_capstones``), each test asserting on its own verdict; the learner's
+in one launch (``judge_capstones``), each test asserting on its own verdict; the learner's
 path (``check_capstone``, one launch per answer) is run for a correct answer, an exception in
 one rank and a hang. Also exercise 09.2's checker, and the exercise text's list of the names
 the learner's function may use."""
@@ -17,7 +17,7 @@ import torch
 
 from helpers import learner_code
 from helpers.capstone import capstone_run
-from helpers.capstone.checkers_09 import check_capstone, check_capstones, check_gradient_allreduces
+from helpers.capstone.checkers_09 import check_capstone, check_gradient_allreduces, judge_capstones
 from helpers.processes import run_ranks
 from helpers.spies import ClipSpy
 
@@ -384,7 +384,7 @@ BATCH = ["model solution", *MISTAKES, "counter", "stack", "unanswered", "unfinis
 
 @pytest.fixture(scope="module")
 def judged(folder):
-    """Every answer of :data:`BATCH` judged by one ``check_capstones``: its verdicts by name,
+    """Every answer of :data:`BATCH` judged by one ``judge_capstones``: its verdicts by name,
     with the launches and outcomes it took."""
     sources = {"model solution": MODEL_SOLUTION, "counter": COUNTER_STYLE}
     sources |= {"stack": EXIT_STACK_STYLE}
@@ -392,7 +392,7 @@ def judged(folder):
     answers = {name: learner_function(folder, source) for name, source in sources.items()}
     answers |= {"unanswered": ..., "unfinished": unfinished}
     with Launches() as seen:
-        verdicts = check_capstones([answers[name] for name in BATCH])
+        verdicts = judge_capstones([answers[name] for name in BATCH])
     seen.verdicts = dict(zip(BATCH, verdicts, strict=True))
     [seen.outcomes] = seen.runs
     return seen
@@ -453,7 +453,7 @@ def test_a_hang_in_a_batch_ends_its_launch_and_no_other_verdict(folder):
     time starts when its run does, after the processes have started.)"""
     answers = [learner_function(folder, s) for s in (MODEL_SOLUTION, HANG, COUNTER_STYLE)]
     with Launches() as seen:
-        before, hang, after = check_capstones(answers, timeout=5)
+        before, hang, after = judge_capstones(answers, timeout=5)
     assert len(seen.launches) == 2, seen.launches
     assert sum(a.startswith("--source=") for a in seen.launches[1][1]) == 1  # only the last
     assert before.passed and after.passed, (before, after)
@@ -480,7 +480,7 @@ def test_answers_of_the_wrong_kind_launch_nothing():
         for answer, fragment in answers:
             result = check_capstone(answer)
             assert not result.passed and fragment in result.message, result.message
-        batch = check_capstones([answer for answer, _ in answers])
+        batch = judge_capstones([answer for answer, _ in answers])
         assert batch == [check_capstone(answer) for answer, _ in answers]
     assert seen.launches == []
 
