@@ -120,7 +120,7 @@ def backward_window(model, loss_fn, window, counts, reduction, device) -> float:
         if loss.dim() != 0:
             raise ValueError("loss_fn must return a scalar (reduction 'mean' or 'sum')")
         share = count / total if reduction == "mean" else 1 / total  # a sum is count x mean
-        (loss * share).backward()
+        (loss * share).backward()  # .grad adds up to the gradient of the window's loss
         window_loss += loss.item() * share  # the window's loss: what to log
     return window_loss
 

@@ -85,15 +85,13 @@ def train_steps(
 
 
 def sgd_loop(model, optimizer, batches, steps, zero_grad, loss_fn, record) -> None:
-    """The training loop of notebook 01: one step per batch, cycling through ``batches``;
-    without ``zero_grad`` every ``backward()`` adds to what ``.grad`` already holds.
-    ``record(loss)`` runs after each step."""
+    """The training loop of notebook 01: one step per batch; ``record(loss)`` after each."""
     for step in range(steps):
-        inputs, targets = batches[step % len(batches)]
+        inputs, targets = batches[step % len(batches)]  # batch after batch, epoch after epoch
         if zero_grad:
-            optimizer.zero_grad()
+            optimizer.zero_grad()  # without it, .grad keeps the sum of all earlier gradients
         loss = loss_fn(model(inputs), targets)
-        loss.backward()
+        loss.backward()  # adds this batch's gradient to what .grad holds
         optimizer.step()
         record(loss)
 
@@ -102,7 +100,7 @@ def compare_zero_grad(
     model: nn.Module, batches: Sequence[Batch], *, steps: int, lr: float
 ) -> dict[str, History]:
     """Train two copies of ``model`` from the same start, with and without ``zero_grad``."""
-    trainable_parameters(model)
+    trainable_parameters(model)  # a clear error if nothing would train
     return {
         label: train_steps(copy.deepcopy(model), batches, steps=steps, lr=lr, zero_grad=flag)
         for label, flag in (("with zero_grad", True), ("without zero_grad", False))

@@ -116,11 +116,8 @@ def train_window(
     after_backward: Callable[[], object] | None = None,
     before_unscale: Callable[[], object] | None = None,
 ) -> tuple[float, float, float]:
-    """One optimizer step on ``window`` (micro-batches ``(inputs, targets)``), the core of
-    :func:`train_accumulating`: each loss weighted by its share of the window's samples and
-    scaled, one ``unscale_``, one clip, one ``step`` and ``update``, one scheduler step.
-    ``after_backward`` and ``before_unscale`` (used by ``mistake=``) run at those points.
-    Returns the window's loss, the learning rate of its step and its gradient's norm."""
+    """One optimizer step on ``window``, the core of :func:`train_accumulating`. Returns the
+    window's loss, the learning rate of its step and its gradient's norm."""
     params = trainable_parameters(model)
     device = params[0].device
     samples = sum(len(targets) for _, targets in window)
@@ -129,23 +126,23 @@ def train_window(
     for inputs, targets in window:
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss = loss_fn(model(inputs.to(device)), targets.to(device))
-        loss = loss * (len(targets) / samples)
-        (scaler.scale(loss) if scaler else loss).backward()
+        loss = loss * (len(targets) / samples)  # its share, not 1/k: right for a short window too
+        (scaler.scale(loss) if scaler else loss).backward()  # .grad stays scaled until unscale_
         total += loss.item()
         if after_backward is not None:
-            after_backward()
+            after_backward()  # a mistake: clip, update or scheduler step per micro-batch
     if before_unscale is not None:
-        before_unscale()
+        before_unscale()  # a mistake: clipping the still scaled gradient
     if scaler is not None:
-        scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)  # once, after the last backward and before clipping
     if max_norm is not None:
-        nn.utils.clip_grad_norm_(params, max_norm)
+        nn.utils.clip_grad_norm_(params, max_norm)  # the whole window's gradient, once
     lr, grad_norm = optimizer.param_groups[0]["lr"], _grad_norm(params)
     if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
+        scaler.step(optimizer)  # skips the step if a gradient is inf or NaN
+        scaler.update()  # once per window: the scale stays the same within a window
     else:
         optimizer.step()
     if scheduler is not None:
-        scheduler.step()
+        scheduler.step()  # once per optimizer step
     return total, lr, grad_norm

@@ -61,7 +61,7 @@ def counting_allreduce(state: AllReduceCounter, bucket):
     """A DDP communication hook: count the all-reduce, then do DDP's default one."""
     state.calls += 1  # one all-reduce of one bucket
     state.bytes += bucket.buffer().numel() * bucket.buffer().element_size()  # floats x 4 bytes
-    state.buckets.add(bucket.index())  # which bucket it was
+    state.buckets.add(bucket.index())  # a set: its size is the number of buckets
     return default_hooks.allreduce_hook(None, bucket)  # DDP's own all-reduce (the average)
 
 
@@ -89,22 +89,22 @@ def accumulate_window(ddp: DDP, batches, mode: str) -> None:
     k = len(batches)
     loss_fn = nn.CrossEntropyLoss()
     for j, (x, y) in enumerate(batches):
-        last = j == k - 1
+        last = j == k - 1  # its backward all-reduces: it averages the sums over the processes
         if mode == "forward outside no_sync":
-            out = ddp(x)
+            out = ddp(x)  # the trap: the forward runs before no_sync() begins
             with contextlib.nullcontext() if last else ddp.no_sync():
                 (loss_fn(out, y) / k).backward()
             continue
         skip_sync = mode == "no_sync" and not last
-        with ddp.no_sync() if skip_sync else contextlib.nullcontext():
-            (loss_fn(ddp(x), y) / k).backward()
+        with ddp.no_sync() if skip_sync else contextlib.nullcontext():  # nullcontext: sync on
+            (loss_fn(ddp(x), y) / k).backward()  # the forward inside the block too
 
 
 def audited_windows(ddp: DDP, batches, zero_grad_after_step: bool) -> list[str]:
     """Two windows with ``no_sync()``, each ending in a step, under the loop auditor;
     without ``zero_grad_after_step`` the second window adds to the first one's gradient."""
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
-    optimizer.zero_grad()
+    optimizer.zero_grad()  # what the earlier runs left in .grad
     with LoopAuditor(ddp, optimizer, accumulation_steps=len(batches)) as audit:
         for _ in range(2):
             accumulate_window(ddp, batches, "no_sync")  # the window shown above

@@ -32,20 +32,21 @@ def record_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[dic
     steps = []
 
     def before_step(optimizer, args, kwargs):
+        # read at every step: a repair of loop D may add a param group
         groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
         steps.append(
             {
                 name: (
                     None if p.grad is None else p.grad.detach().clone(),
-                    p.detach().clone(),
+                    p.detach().clone(),  # copies: step() changes the weights in place
                     _settings(groups.get(id(p))),
                 )
                 for name, p in model.named_parameters()
             }
         )
 
-    optimizer.register_step_pre_hook(before_step)
-    return steps
+    optimizer.register_step_pre_hook(before_step)  # the loop under test stays unchanged
+    return steps  # empty now, filled in as the loop steps
 
 
 def _settings(group: dict | None) -> dict | None:

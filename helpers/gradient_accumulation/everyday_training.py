@@ -44,13 +44,13 @@ def train_with_schedule(
 ) -> list[float]:
     """Train ``epochs`` epochs, one ``scheduler.step()`` after each optimizer step; return
     the learning rate each optimizer step used."""
-    _check_training(model, optimizer, loader, epochs)
+    _check_training(model, optimizer, loader, epochs)  # clear errors for wrong arguments
     used = []
     for _ in range(epochs):
-        for window in windows(loader, accumulation_steps):
+        for window in windows(loader, accumulation_steps):  # the short last one kept
             optimizer.zero_grad()
-            accumulate_gradients(model, loss_fn, window)
-            used.append(optimizer.param_groups[0]["lr"])
+            accumulate_gradients(model, loss_fn, window)  # checks the window, runs backward_window
+            used.append(optimizer.param_groups[0]["lr"])  # before scheduler.step() changes it
             optimizer.step()
             scheduler.step()  # once per optimizer step, never per micro-batch
     return used

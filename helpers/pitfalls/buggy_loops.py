@@ -127,10 +127,10 @@ def forgot_backward(model, optimizer, batches):
 
 
 def accumulate_without_dividing(model, optimizer, batches, k=4):
-    for start in range(0, len(batches), k):
+    for start in range(0, len(batches), k):  # one window of k micro-batches per step
         optimizer.zero_grad()
         for inputs, targets in batches[start : start + k]:
-            F.mse_loss(model(inputs), targets).backward()  # not divided by k
+            F.mse_loss(model(inputs), targets).backward()  # not divided by k: k times the gradient
         optimizer.step()
 
 

@@ -90,10 +90,10 @@ def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
     inputs = torch.randn(world * k * micro_batch, 8, generator=generator)
     labels = torch.randn(world * k * micro_batch, 4, generator=generator)
     reference_model = TwoBlocks()
-    nn.functional.mse_loss(reference_model(inputs), labels).backward()
+    nn.functional.mse_loss(reference_model(inputs), labels).backward()  # one process, all data
     reference = grads_of(reference_model)
     parameters = sum(p.numel() for p in reference_model.parameters())
-    mine = [
+    mine = [  # this rank's k micro-batches
         (inputs[s : s + micro_batch], labels[s : s + micro_batch])
         for s in ((j * world + rank) * micro_batch for j in range(k))
     ]
@@ -111,8 +111,8 @@ def fsdp2_case(rank: int, world: int, k: int, micro_batch: int) -> dict:
                     model.set_requires_gradient_sync(j == k - 1)
                 (nn.functional.mse_loss(model(x), y) / k).backward()
                 if j < k - 1:
-                    held.append(held_grad_bytes(model))
-        grads = [p.grad.full_tensor() for p in model.parameters()]
+                    held.append(held_grad_bytes(model))  # held until the next micro-batch
+        grads = [p.grad.full_tensor() for p in model.parameters()]  # all-gathers the shards
         results[mode] = {
             "reduce_scatters_per_step": counter.reduce_scatters(),
             "collectives": dict(counter.counts),
@@ -136,14 +136,14 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
 
     def recording_allreduce(_, bucket):  # a communication hook: DDP's all-reduce, recorded
         buffer = bucket.buffer()
-        start = buffer.data_ptr()
-        buckets.append((start, start + buffer.numel() * buffer.element_size()))
+        start = buffer.data_ptr()  # the address of the bucket's memory
+        buckets.append((start, start + buffer.numel() * buffer.element_size()))  # its range
         return default_hooks.allreduce_hook(None, bucket)
 
     ddp = DDP(model, gradient_as_bucket_view=True)
     ddp.register_comm_hook(None, recording_allreduce)
     count = torch.tensor([sum(int(token_count(y)) for _, y in mine)])
-    dist.all_reduce(count)
+    dist.all_reduce(count)  # the window's tokens over all ranks
 
     def window():
         for j, (x, y) in enumerate(mine):
@@ -152,7 +152,7 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
 
     window()
     grad = model.out.weight.grad
-    inside = all(
+    inside = all(  # every .grad's address lies in a bucket's range
         any(lo <= p.grad.data_ptr() < hi for lo, hi in buckets) for p in model.parameters()
     )
     try:
@@ -162,7 +162,7 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
         detach_error = str(error).splitlines()[0]
     accumulated = max_difference(grads_of(model), single_process_grads(everything))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    pointers = [p.grad.data_ptr() for p in model.parameters()]
+    pointers = [p.grad.data_ptr() for p in model.parameters()]  # where each .grad lives now
     optimizer.zero_grad(set_to_none=False)
     same_storage = pointers == [p.grad.data_ptr() for p in model.parameters()]
     zeroed = all(bool((p.grad == 0).all()) for p in model.parameters())
@@ -171,7 +171,7 @@ def bucket_view_case(rank: int, world: int, k: int, micro_batch: int, max_length
     optimizer.zero_grad(set_to_none=True)
     dropped = all(p.grad is None for p in model.parameters())
     return {
-        "grad_is_view": grad._base is not None,
+        "grad_is_view": grad._base is not None,  # a view keeps its base tensor in ._base
         "grad_grad_fn_is_none": grad.grad_fn is None,
         "grads_inside_bucket_buffers": inside,
         "detach_in_place_error": detach_error,

@@ -152,17 +152,17 @@ def step_in_backward(model: nn.Module, lr: float) -> list[int]:
     Returns a list that counts the steps taken, one entry per backward that stepped."""
     steps: list[int] = []
     optimizers = {p: torch.optim.SGD([p], lr=lr) for p in model.parameters()}
-    first = next(iter(optimizers))
+    first = next(iter(optimizers))  # counts each backward once (the hook runs per parameter)
 
     def hook(param: torch.Tensor) -> None:
-        optimizers[param].step()
+        optimizers[param].step()  # while backward is still running
         optimizers[param].zero_grad()  # the gradient is gone as soon as it is used
         if param is first:
             steps.append(1)
 
     for p in optimizers:
-        p.register_post_accumulate_grad_hook(hook)
-    return steps
+        p.register_post_accumulate_grad_hook(hook)  # runs once backward has written p.grad
+    return steps  # filled in by the hook
 
 
 def accumulate_in_backward(model: nn.Module, window: Sequence[Batch], lr: float) -> dict:

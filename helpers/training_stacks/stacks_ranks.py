@@ -89,20 +89,20 @@ def static_graph_windows(args, rank: int, world: int, synced_first: bool) -> dic
     steps). A crash inside a rank is caught; the verdict is agreed by all ranks."""
     everything, windows = token_windows(world, args.k, args.micro_batch, 12, seed=5)
     mine = windows[rank]
-    reference_model = TokenModel(vocab=VOCAB, seed=0)
-    model = copy.deepcopy(reference_model)
+    reference_model = TokenModel(vocab=VOCAB, seed=0)  # one process on all the data
+    model = copy.deepcopy(reference_model)  # the same starting weights
     reference_opt = torch.optim.SGD(reference_model.parameters(), lr=0.5)
     error, worst, iterations_done = "", 0.0, 0
     group = dist.new_group(timeout=datetime.timedelta(seconds=20))  # a hang would end
     try:
         ddp = DDP(model, static_graph=True, process_group=group)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.5)
-        count = sum(int(token_count(y)) for _, y in everything)
+        count = sum(int(token_count(y)) for _, y in everything)  # all ranks' data: no all-reduce
         for iteration in range(args.iterations):
             for j, (x, y) in enumerate(mine):  # the accumulation window
-                sync = synced_first and iteration == 0
+                sync = synced_first and iteration == 0  # sync_unless_last: no_sync() but the last
                 with contextlib.nullcontext() if sync else sync_unless_last(ddp, j, args.k):
-                    (token_loss_sum(ddp, x, y) * world / count).backward()
+                    (token_loss_sum(ddp, x, y) * world / count).backward()  # as in section 1
             reference_opt.zero_grad()  # one process on every rank's micro-batches
             for x, y in everything:
                 (token_loss_sum(reference_model, x, y) / count).backward()
@@ -113,7 +113,7 @@ def static_graph_windows(args, rank: int, world: int, synced_first: bool) -> dic
             iterations_done += 1
     except RuntimeError as caught:  # the reducer's internal assert
         error = str(caught).strip().splitlines()[0]
-    gathered = [None] * world
+    gathered = [None] * world  # every rank's result, so that all agree on one verdict
     dist.all_gather_object(gathered, {"error": error, "worst": worst})
     errors = [g["error"] for g in gathered if g["error"]]
     worst = max(g["worst"] for g in gathered)

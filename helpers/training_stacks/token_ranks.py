@@ -71,8 +71,8 @@ def naive_window(ddp: DDP, window) -> None:
     numbers of tokens."""
     for j, (x, y) in enumerate(window):
         with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
-            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=PAD)
-            (loss / len(window)).backward()
+            loss = nn.functional.cross_entropy(ddp(x), y, ignore_index=PAD)  # its token mean
+            (loss / len(window)).backward()  # each micro-batch weighs 1/k, whatever its tokens
 
 
 def scale_before_window(ddp: DDP, window) -> int:
@@ -83,8 +83,8 @@ def scale_before_window(ddp: DDP, window) -> int:
     count = torch.tensor([sum(int(token_count(y)) for _, y in window)])  # this rank's tokens
     dist.all_reduce(count)  # now the window's tokens over all ranks
     for j, (x, y) in enumerate(window):
-        with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():
-            loss = token_loss_sum(ddp, x, y)
+        with ddp.no_sync() if j < len(window) - 1 else contextlib.nullcontext():  # syncs the last
+            loss = token_loss_sum(ddp, x, y)  # the sum of its token losses, padding ignored
             # DDP divides the ranks' summed gradients by the world size: multiply it back
             (loss * dist.get_world_size() / count.item()).backward()
     return count.item()

@@ -45,19 +45,15 @@ def uneven_windows(counts: list[int], micro_batch: int, max_length: int, seed: i
 
 def join_window(ddp: DDP, window, optimizer, divide_by_initial_world_size: bool = True):
     """One optimizer step over this rank's ``window``, whose length differs between ranks,
-    every micro-batch synchronized, inside ``Join``: a rank that runs out of micro-batches
-    shadows the others' all-reduces with zeros, and when all have joined every rank takes
-    the last joiner's weights. Each all-reduce must carry one micro-batch's gradient alone
-    (moved into ``accumulated`` after each backward), so that the shadowed zeros add
-    nothing; DDP divides by the initial world size; the token-loss sums are scaled once by
-    ``world / global count``, counted before ``Join`` (a collective inside it would not be
-    shadowed)."""
+    every micro-batch synchronized, inside ``Join``. ``divide_by_initial_world_size=False``
+    divides by the ranks still running: the extra micro-batches then weigh too much."""
     from torch.distributed.algorithms import Join
 
     count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
     dist.all_reduce(count)  # before Join: it shadows only DDP's all-reduces
-    accumulated = [torch.zeros_like(p) for p in ddp.parameters()]
+    accumulated = [torch.zeros_like(p) for p in ddp.parameters()]  # the window's sum
     with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
+        # a rank out of micro-batches joins: it adds zeros to the others' all-reduces
         for x, y in window:
             loss = token_loss_sum(ddp, x, y)
             loss.backward()  # all-reduces this micro-batch's gradient
@@ -65,8 +61,8 @@ def join_window(ddp: DDP, window, optimizer, divide_by_initial_world_size: bool 
                 total += p.grad  # kept out of .grad, so the next all-reduce carries
                 p.grad = None  # only the next micro-batch
         for p, total in zip(ddp.parameters(), accumulated, strict=True):
-            p.grad = total * dist.get_world_size() / count.item()
-        optimizer.step()
+            p.grad = total * dist.get_world_size() / count.item()  # once: world / global count
+        optimizer.step()  # leaving Join, every rank takes the last joiner's weights
 
 
 def join_accumulating_in_grad(ddp: DDP, window, optimizer) -> None:
@@ -75,7 +71,7 @@ def join_accumulating_in_grad(ddp: DDP, window, optimizer) -> None:
     from torch.distributed.algorithms import Join
 
     count = torch.tensor([sum(int(token_count(y)) for _, y in window)])
-    dist.all_reduce(count)
+    dist.all_reduce(count)  # before Join, as above
     with Join([ddp]):
         for x, y in window:
             token_loss_sum(ddp, x, y).backward()  # all-reduces the whole .grad so far
