@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from helpers.arguments import positive_int
-from helpers.data import Batch, check_batches
+from helpers.arguments import check_batches, positive_int
+from helpers.data import Batch
 from helpers.training import trainable_parameters
 
 NORMALIZATIONS = ("samples", "tokens")

@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 from torch import nn
 
 from helpers.arguments import positive_int
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-def check_batches(batches, *, argument: str, item: str, empty: str) -> list[Batch]:
-    """``batches`` as a list of (inputs, targets) pairs of matching lengths, else a clear
-    ``TypeError`` or ``ValueError`` naming ``argument`` and the ``item`` at fault."""
-    if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
-        raise TypeError(f"{argument} must be a list of (inputs, targets) pairs")
-    batches = list(batches)
-    if not batches:
-        raise ValueError(empty)
-    for index, batch in enumerate(batches):
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise TypeError(f"{item} {index} must be an (inputs, targets) pair")
-        inputs, targets = batch
-        if len(inputs) != len(targets):
-            raise ValueError(
-                f"{item} {index} has {len(inputs)} inputs but {len(targets)} targets: "
-                "they must have the same length"
-            )
-    return batches
 
 
 def make_article_setup(

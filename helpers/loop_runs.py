@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from helpers.data import Batch, check_batches
+from helpers.arguments import check_batches
+from helpers.data import Batch
 from helpers.models import make_mlp
 from helpers.training import trainable_parameters
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from helpers.arguments import positive_int
-from helpers.data import Batch, check_batches
+from helpers.arguments import check_batches, positive_int
+from helpers.data import Batch
 
 
 @dataclass

@@ -15,8 +15,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.accumulation import windows
-from helpers.arguments import positive_int
-from helpers.data import Batch, check_batches
+from helpers.arguments import check_batches, positive_int
+from helpers.data import Batch
 from helpers.training import trainable_parameters
 
 MISTAKES = (
