@@ -301,40 +301,89 @@ def test_the_report_passes_a_clean_run_and_fails_a_missing_one(tmp_path, capsys)
 
 
 # ------------------------------------------------------------------ the plugin
-def run_pytest(tmp_path, tests: str, *options: str, wait_for: Path | None = None):
-    """pytest with the plugin on a small test file in tmp_path: (exit status, junit cases).
-    With ``wait_for``, SIGTERM is sent once that file exists."""
-    (tmp_path / "test_small.py").write_text(textwrap.dedent(tests))
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    command = [sys.executable, "-m", "pytest", "-p", "gpu_suite_plugin", "-p", "no:cacheprovider"]
-    command += ["-c", str(tmp_path / "pytest.ini"), f"--junitxml={tmp_path / 'j.xml'}"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"))
-    process = subprocess.Popen(
-        [*command, *options, "test_small.py"], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    if wait_for is not None:
-        deadline = time.monotonic() + 60
-        while not wait_for.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=120)
-    cases = checks.read_junit(tmp_path / "j.xml") if (tmp_path / "j.xml").exists() else None
-    return process.returncode, cases, output
-
-
-def test_a_test_over_its_time_fails_and_none_starts_after_the_deadline(tmp_path):
-    rc, cases, output = run_pytest(
-        tmp_path,
+# Each run is pytest with the plugin on a small test file. The three runs mostly sleep, so they
+# are started together, once, and each test reads its own. Their timing holds under any load:
+# every test that must start does so within DEADLINE_S of the session's start (collecting one
+# small file takes milliseconds), and whatever must start late waits past it first.
+DEADLINE_S = 2
+PLUGIN_RUNS = {
+    # test_slow is ended by the timeout after the deadline (3 s > 2 s): test_late never starts
+    "timeout": (
         """
         import time
         def test_quick(): pass
         def test_slow(): time.sleep(60)
         def test_late(): pass
         """,
-        "--gm-test-timeout=8",
-        "--gm-deadline=4",
-    )
+        ["--gm-test-timeout=3", f"--gm-deadline={DEADLINE_S}"],
+    ),
+    "deadline": (
+        """
+        import time
+        def test_first(): time.sleep(3)
+        def test_second(): pass
+        """,
+        [f"--gm-deadline={DEADLINE_S}"],
+    ),
+    # SIGTERM is sent once test_hangs has made the file "started" (so test_first has ended)
+    "sigterm": (
+        """
+        import pathlib, time
+        def test_first(): pass
+        def test_hangs():
+            pathlib.Path({started!r}).touch()
+            time.sleep(60)
+        """,
+        [],
+    ),
+}
+
+
+def start_pytest(folder: Path, tests: str, options: list[str]) -> subprocess.Popen:
+    """pytest with the plugin on ``tests`` in ``folder``; its output goes to folder/output.
+    Other plugins are not loaded: this tests the plugin, and pytest starts in 0.5 s, not 3 s."""
+    (folder / "test_small.py").write_text(textwrap.dedent(tests))
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-p", "gpu_suite_plugin", "-p", "no:cacheprovider"]
+    command += ["-c", str(folder / "pytest.ini"), f"--junitxml={folder / 'j.xml'}"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    with open(folder / "output", "w") as output:
+        return subprocess.Popen(
+            [*command, *options, "test_small.py"], cwd=folder, env=env,
+            stdout=output, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plugin_runs(tmp_path_factory) -> dict[str, tuple[int, list[dict] | None, str]]:
+    """Each of PLUGIN_RUNS: (exit status, junit cases or None without a junit XML, output)."""
+    folders = {name: tmp_path_factory.mktemp(f"plugin_{name}") for name in PLUGIN_RUNS}
+    started = folders["sigterm"] / "started"
+    processes = {}
+    try:
+        for name, (tests, options) in PLUGIN_RUNS.items():
+            source = tests.replace("{started!r}", repr(str(started)))
+            processes[name] = start_pytest(folders[name], source, options)
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        processes["sigterm"].send_signal(signal.SIGTERM)
+        runs = {}
+        for name, process in processes.items():
+            rc = process.wait(timeout=120)
+            junit_xml = folders[name] / "j.xml"
+            cases = checks.read_junit(junit_xml) if junit_xml.exists() else None
+            runs[name] = (rc, cases, (folders[name] / "output").read_text())
+        return runs
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_a_test_over_its_time_fails_and_none_starts_after_the_deadline(plugin_runs):
+    rc, cases, output = plugin_runs["timeout"]
     outcomes = {case["name"]: (case["outcome"], case["message"]) for case in cases}
     assert outcomes["test_quick"][0] == "passed"
     assert outcomes["test_slow"][0] == "failed" and "gm-test-timeout" in outcomes["test_slow"][1]
@@ -343,32 +392,13 @@ def test_a_test_over_its_time_fails_and_none_starts_after_the_deadline(tmp_path)
     assert rc == 1 and "gm-deadline: 1 tests did not run" in output
 
 
-def test_a_deadline_skip_alone_still_fails_the_run(tmp_path):
-    rc, cases, _ = run_pytest(
-        tmp_path,
-        """
-        import time
-        def test_first(): time.sleep(4)
-        def test_second(): pass
-        """,
-        "--gm-deadline=3",
-    )
+def test_a_deadline_skip_alone_still_fails_the_run(plugin_runs):
+    rc, cases, _ = plugin_runs["deadline"]
     assert [case["outcome"] for case in cases] == ["passed", "skipped"]
     assert rc == 1
 
 
-def test_sigterm_interrupts_the_run_and_the_junit_xml_is_still_written(tmp_path):
-    started = tmp_path / "started"
-    rc, cases, output = run_pytest(
-        tmp_path,
-        f"""
-        import pathlib, time
-        def test_first(): pass
-        def test_hangs():
-            pathlib.Path({str(started)!r}).touch()
-            time.sleep(60)
-        """,
-        wait_for=started,
-    )
+def test_sigterm_interrupts_the_run_and_the_junit_xml_is_still_written(plugin_runs):
+    rc, cases, output = plugin_runs["sigterm"]
     assert rc == pytest.ExitCode.INTERRUPTED, output
     assert cases is not None and [case["name"] for case in cases][:1] == ["test_first"]

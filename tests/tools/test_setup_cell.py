@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import sync_notebooks
@@ -44,14 +45,47 @@ HARNESS = textwrap.dedent(
 )
 
 
-def run_setup_cell(
+# Runs each scenario's harness in its own fork of one interpreter that has imported torch and
+# nothing of the course: torch's import is most of a fresh interpreter's 2 s, and the setup
+# cell imports it to read its version. Each fork starts where `helpers` was never imported,
+# in its own folder, with its own environment and output files, as a fresh kernel would.
+FORKS = textwrap.dedent(
+    """
+    import json, os, sys, traceback
+    import torch  # noqa: F401
+    codes = []
+    for scenario in json.load(sys.stdin):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.chdir(scenario["cwd"])
+                os.environ.clear()
+                os.environ.update(scenario["env"])
+                for fd, name in ((1, "stdout"), (2, "stderr")):
+                    os.dup2(os.open(scenario[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+                exec(compile(scenario["script"], "harness", "exec"), {"__name__": "__main__"})
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    print(json.dumps(codes))
+    """
+)
+
+
+def scenario(
     cwd,
     colab: bool,
     env_repo: str | None = None,
     hide: tuple = (),
     notebook="03_gradient_accumulation",
     torch_version=None,
-):
+) -> dict:
+    """The harness for one notebook's setup cell, the folder it runs in and its environment."""
     source = sync_notebooks.setup_source(repository_url(), notebook)
     script = HARNESS.format(
         root=str(ROOT), colab=colab, source=source, hide=list(hide), torch_version=torch_version
@@ -59,65 +93,101 @@ def run_setup_cell(
     env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}
     if env_repo:
         env["COURSE_REPO"] = env_repo
+    return {"cwd": str(cwd), "env": env, "script": script}
+
+
+@pytest.fixture(scope="module")
+def setup_cell_runs(tmp_path_factory) -> dict:
+    """Every scenario the tests read, run once: name -> its folder, exit status and output."""
+    on_colab = {"colab": True, "env_repo": str(ROOT)}  # the course cloned from this checkout
+    scenarios = {
+        "local": scenario(ROOT / "notebooks", colab=False),
+        "colab": scenario(tmp_path_factory.mktemp("colab"), **on_colab),
+        "colab lacking ipywidgets": scenario(
+            tmp_path_factory.mktemp("colab"), **on_colab, hide=("ipywidgets",)
+        ),
+        "08 on torch 2.8.0": scenario(
+            ROOT / "notebooks", colab=False, notebook="08_training_stacks", torch_version="2.8.0"
+        ),
+        "03 on torch 2.8.0": scenario(ROOT / "notebooks", colab=False, torch_version="2.8.0"),
+        "colab, 07 on torch 2.3.0": scenario(
+            tmp_path_factory.mktemp("colab"),
+            **on_colab,
+            notebook="07_accumulation_at_scale",
+            torch_version="2.3.0",
+        ),
+    }
+    outputs = tmp_path_factory.mktemp("outputs")
+    for index, run in enumerate(scenarios.values()):
+        run["stdout"], run["stderr"] = (str(outputs / f"{index}.{name}") for name in ("out", "err"))
     done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=cwd,
-        env=env,
+        [sys.executable, "-c", FORKS],
+        input=json.dumps(list(scenarios.values())),
+        cwd=outputs,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(outputs)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    *printed, report = done.stdout.strip().splitlines()
+    codes = json.loads(done.stdout)
+    return {
+        name: {
+            "cwd": Path(run["cwd"]),
+            "code": code,
+            "stdout": Path(run["stdout"]).read_text(),
+            "stderr": Path(run["stderr"]).read_text(),
+        }
+        for (name, run), code in zip(scenarios.items(), codes, strict=True)
+    }
+
+
+def run_setup_cell(setup_cell_runs: dict, name: str):
+    """What the setup cell printed in the scenario ``name``, and the harness's report."""
+    run = setup_cell_runs[name]
+    assert run["code"] == 0, run["stderr"]
+    *printed, report = run["stdout"].strip().splitlines()
     return printed, json.loads(report)
 
 
-def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing():
-    printed, report = run_setup_cell(ROOT / "notebooks", colab=False)
+def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing(setup_cell_runs):
+    printed, report = run_setup_cell(setup_cell_runs, "local")
     assert printed == []
     assert report["commands"] == [] and report["stopped"] is None
     assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
-def test_on_colab_it_clones_the_course_and_installs_nothing_colab_has(tmp_path):
-    printed, report = run_setup_cell(tmp_path, colab=True, env_repo=str(ROOT))
-    clone = tmp_path / repository_url().rsplit("/", 1)[-1]
+def test_on_colab_it_clones_the_course_and_installs_nothing_colab_has(setup_cell_runs):
+    printed, report = run_setup_cell(setup_cell_runs, "colab")
+    clone = setup_cell_runs["colab"]["cwd"] / repository_url().rsplit("/", 1)[-1]
     assert report["commands"] == [["git", "clone", "-q", "--depth=1", str(ROOT), str(clone)]]
     assert report["helpers"] == str(clone / "helpers" / "__init__.py")
     assert printed == []
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
-def test_on_colab_it_installs_only_what_is_missing_and_never_torch(tmp_path):
-    _, report = run_setup_cell(tmp_path, colab=True, env_repo=str(ROOT), hide=("ipywidgets",))
+def test_on_colab_it_installs_only_what_is_missing_and_never_torch(setup_cell_runs):
+    _, report = run_setup_cell(setup_cell_runs, "colab lacking ipywidgets")
     git, pip = report["commands"]
     assert git[:2] == ["git", "clone"]
     assert pip[1:] == ["-m", "pip", "install", "-q", "ipywidgets"]
 
 
-def test_on_a_torch_too_old_for_the_notebook_it_stops_with_the_fix():
-    _, report = run_setup_cell(
-        ROOT / "notebooks", colab=False, notebook="08_training_stacks", torch_version="2.8.0"
-    )
+def test_on_a_torch_too_old_for_the_notebook_it_stops_with_the_fix(setup_cell_runs):
+    _, report = run_setup_cell(setup_cell_runs, "08 on torch 2.8.0")
     assert report["stopped"] == (
         "CourseSetupError: Notebook 08 needs torch 2.9 or newer, and this kernel has torch 2.8.0 "
         "(notebooks 00-07 and 09 run on it). To upgrade, run `python -m pip install -U torch`, "
         "then restart the kernel."
     )
-    _, report = run_setup_cell(ROOT / "notebooks", colab=False, torch_version="2.8.0")
+    _, report = run_setup_cell(setup_cell_runs, "03 on torch 2.8.0")
     assert report["stopped"] is None, "notebook 03 runs on 2.8.0"
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
-def test_on_colab_with_a_torch_too_old_it_clones_then_stops_with_colabs_fix(tmp_path):
-    _, report = run_setup_cell(
-        tmp_path,
-        colab=True,
-        env_repo=str(ROOT),
-        notebook="07_accumulation_at_scale",
-        torch_version="2.3.0",
-    )
+def test_on_colab_with_a_torch_too_old_it_clones_then_stops_with_colabs_fix(setup_cell_runs):
+    _, report = run_setup_cell(setup_cell_runs, "colab, 07 on torch 2.3.0")
     assert report["commands"][0][:2] == ["git", "clone"]
     assert report["stopped"] == (
         "CourseSetupError: Notebook 07 needs torch 2.4 or newer, and this kernel has torch 2.3.0 "

@@ -8,6 +8,7 @@ registry cannot be reached these tests are skipped, unless $GM_CI is set, as CI 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -45,7 +46,9 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+@functools.cache
 def soup(site: Path, page: str) -> BeautifulSoup:
+    """``page`` of the site, parsed once for all the tests (which only read the tree)."""
     return BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
 
 
