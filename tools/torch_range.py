@@ -5,6 +5,8 @@ oldest Python the course supports, and the newest release CI knows on Python 3.1
     python tools/torch_range.py minimums                    # 2.3.0, 2.4.0 and 2.9.0, Python 3.11
     python tools/torch_range.py newest                      # 2.15.0, Python 3.12
     python tools/torch_range.py --torch 2.6.0 --python 3.11 # any other pair
+    python tools/torch_range.py prepare                     # only make the environments of
+                                                            # minimums and newest, for later
 
 In each environment:
 
@@ -21,6 +23,12 @@ An environment gets ``torch==X`` from PyPI (a CUDA build on Linux, which runs on
 then what the notebooks and nbval need (``requirements.txt`` and ``requirements-test.txt``,
 less torch) and this course with ``--no-deps``. It lives in ``build/venv-torch-X`` and is
 deleted afterwards (several GB), unless ``--keep``.
+
+``prepare`` makes the environments of ``minimums`` and ``newest`` and nothing else, each
+marked ready (``.ready``: its torch and Python) once it imports the torch it was made for;
+``minimums`` and ``newest`` then use a ready environment instead of making it again. CI
+prepares them in the background while other steps run: making them is mostly downloading and
+unpacking (CUDA builds of several GB), and the tests in them run later, on their own.
 """
 
 from __future__ import annotations
@@ -114,13 +122,49 @@ def make_environment(folder: Path, python: str, torch: str) -> Path:
     return env_python
 
 
+def environment_folder(torch: str) -> Path:
+    return ROOT / "build" / f"venv-torch-{torch}"
+
+
+def ready_mark(torch: str, python_version: tuple[int, ...]) -> str:
+    """What ``.ready`` says in an environment made for this torch on this Python."""
+    return f"torch {torch} on Python {dotted(python_version[:2])}"
+
+
+def ready_environment(torch: str, python_version: tuple[int, ...]) -> Path | None:
+    """The python of an environment that ``prepare`` made for this pair, else None."""
+    folder = environment_folder(torch)
+    mark = folder / ".ready"
+    if mark.is_file() and mark.read_text(encoding="utf-8") == ready_mark(torch, python_version):
+        return folder / "bin" / "python"
+    return None
+
+
+def prepare(torch: str, python_version: tuple[int, ...]) -> int:
+    """Make the environment for this pair and mark it ready; 1 (and a line) if it fails."""
+    folder = environment_folder(torch)
+    started = time.monotonic()
+    try:
+        make_environment(folder, find_python(python_version), torch)
+    except (SystemExit, subprocess.CalledProcessError) as error:
+        print(f"torch_range: no environment for torch {torch}: {error}", flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        return 1
+    (folder / ".ready").write_text(ready_mark(torch, python_version), encoding="utf-8")
+    print(f"torch {torch}: environment ready in {time.monotonic() - started:.0f} s", flush=True)
+    return 0
+
+
 def check(torch: str, python_version: tuple[int, ...], newest: bool, keep: bool) -> int:
-    """Make the environment, run the checks, return pytest's exit status."""
-    folder = ROOT / "build" / f"venv-torch-{torch}"
+    """Make the environment (or take the one ``prepare`` made), run the checks, return
+    pytest's exit status."""
+    folder = environment_folder(torch)
     started = time.monotonic()
     try:
         try:
-            env_python = make_environment(folder, find_python(python_version), torch)
+            env_python = ready_environment(torch, python_version) or make_environment(
+                folder, find_python(python_version), torch
+            )
         except (SystemExit, subprocess.CalledProcessError) as error:
             print(f"torch_range: no environment for torch {torch}: {error}", flush=True)
             return 1
@@ -152,23 +196,35 @@ def version_text(text: str) -> str:
     return text
 
 
+def minimum_pairs() -> list[tuple[str, tuple[int, ...], bool]]:
+    """(torch, Python, newest?) for each notebook's oldest torch, on the oldest Python."""
+    minimums = sorted(set(TORCH_MINIMUMS.values()))
+    return [(dotted((*m, 0)[:3]), PYTHON_MINIMUM, False) for m in minimums]
+
+
+def newest_pairs() -> list[tuple[str, tuple[int, ...], bool]]:
+    return [(dotted(TORCH_NEWEST_TESTED), PYTHON_NEWEST_TESTED, True)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", nargs="?", choices=("minimums", "newest"))
+    parser.add_argument("which", nargs="?", choices=("minimums", "newest", "prepare"))
     parser.add_argument("--torch", type=version_text, help="one torch release, e.g. 2.6.0")
     parser.add_argument("--python", type=version_text, help="its Python, e.g. 3.11")
     parser.add_argument("--keep", action="store_true", help="keep the environment")
     args = parser.parse_args(argv)
     if (args.which is None) == (args.torch is None):
-        parser.error("name either minimums, newest, or --torch (with --python)")
+        parser.error("name either minimums, newest, prepare, or --torch (with --python)")
     if args.torch:
         python = tuple(int(p) for p in (args.python or dotted(PYTHON_MINIMUM)).split("."))
         pairs = [(args.torch, python, False)]
     elif args.which == "newest":
-        pairs = [(dotted(TORCH_NEWEST_TESTED), PYTHON_NEWEST_TESTED, True)]
+        pairs = newest_pairs()
+    elif args.which == "minimums":
+        pairs = minimum_pairs()
     else:
-        minimums = sorted(set(TORCH_MINIMUMS.values()))
-        pairs = [(dotted((*m, 0)[:3]), PYTHON_MINIMUM, False) for m in minimums]
+        failed = [t for t, python, _ in minimum_pairs() + newest_pairs() if prepare(t, python)]
+        return 1 if failed else 0
     failed = [torch for torch, python, newest in pairs if check(torch, python, newest, args.keep)]
     if failed:
         print(f"torch_range: failed on torch {', '.join(failed)}", flush=True)

@@ -4,6 +4,7 @@ runs, what it installs, the arguments it refuses, and the message texts it lets 
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 import torch_range
@@ -106,8 +107,8 @@ def test_a_failed_release_fails_the_run(monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "name either minimums, newest, or --torch"),
-        (["newest", "--torch", "2.6.0"], "name either minimums, newest, or --torch"),
+        ([], "name either minimums, newest, prepare, or --torch"),
+        (["newest", "--torch", "2.6.0"], "name either minimums, newest, prepare, or --torch"),
         (["--torch", "latest"], "write a version as 2.9.0, got 'latest'"),
         (["oldest"], "invalid choice: 'oldest'"),
     ],
@@ -135,3 +136,61 @@ def test_a_release_whose_environment_cannot_be_made_fails_with_a_line_not_a_trac
 def test_a_python_that_is_not_here_is_named():
     with pytest.raises(SystemExit, match=r"no python3\.99 here: install Python 3\.99"):
         torch_range.find_python((3, 99))
+
+
+def test_prepare_makes_every_environment_and_marks_it_ready(monkeypatch, tmp_path):
+    made = []
+
+    def fake_make(folder, python, torch):
+        folder.mkdir(parents=True)
+        made.append((folder.name, torch))
+        return folder / "bin" / "python"
+
+    monkeypatch.setattr(torch_range, "ROOT", tmp_path)
+    monkeypatch.setattr(torch_range, "find_python", lambda version: f"python{version}")
+    monkeypatch.setattr(torch_range, "make_environment", fake_make)
+    assert torch_range.main(["prepare"]) == 0
+    assert [torch for _, torch in made] == ["2.3.0", "2.4.0", "2.9.0", "2.15.0"]
+    ready = torch_range.ready_environment("2.15.0", (3, 12))
+    assert ready == tmp_path / "build" / "venv-torch-2.15.0" / "bin" / "python"
+    assert torch_range.ready_environment("2.15.0", (3, 11)) is None  # made for another Python
+    assert torch_range.ready_environment("2.6.0", (3, 11)) is None  # never made
+
+
+def test_a_check_uses_a_ready_environment_and_makes_one_that_is_not(monkeypatch, tmp_path):
+    made, ran = [], []
+    monkeypatch.setattr(torch_range, "ROOT", tmp_path)
+    monkeypatch.setattr(torch_range, "SANITIZER", tmp_path / "tools" / "texts.cfg")
+    monkeypatch.setattr(torch_range, "find_python", lambda version: "python")
+    monkeypatch.setattr(
+        torch_range, "make_environment", lambda folder, python, torch: made.append(torch) or "py"
+    )
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(
+        torch_range.subprocess, "run", lambda command, **kw: ran.append(command[0]) or Done()
+    )
+    folder = tmp_path / "build" / "venv-torch-2.4.0"
+    folder.mkdir(parents=True)
+    (folder / ".ready").write_text(torch_range.ready_mark("2.4.0", (3, 11)), encoding="utf-8")
+    assert torch_range.check("2.4.0", (3, 11), newest=False, keep=False) == 0
+    assert made == [] and ran == [str(folder / "bin" / "python")]
+    assert not folder.exists()  # deleted after its tests, as a made one is
+    assert torch_range.check("2.3.0", (3, 11), newest=False, keep=False) == 0
+    assert made == ["2.3.0"] and ran[-1] == "py"
+
+
+def test_an_environment_that_cannot_be_made_is_not_marked_ready(monkeypatch, tmp_path, capsys):
+    def broken(folder, python, torch):
+        folder.mkdir(parents=True)
+        raise subprocess.CalledProcessError(1, ["pip"])
+
+    monkeypatch.setattr(torch_range, "ROOT", tmp_path)
+    monkeypatch.setattr(torch_range, "find_python", lambda version: "python")
+    monkeypatch.setattr(torch_range, "make_environment", broken)
+    assert torch_range.prepare("2.9.0", (3, 11)) == 1
+    assert "no environment for torch 2.9.0" in capsys.readouterr().out
+    assert torch_range.ready_environment("2.9.0", (3, 11)) is None
+    assert not (tmp_path / "build" / "venv-torch-2.9.0").exists()
