@@ -159,13 +159,16 @@ def execute(
     *,
     cell_timeout: float = TIMEOUT_S,
     ready_timeout: float = READY_TIMEOUT_S,
+    kernel_name: str = "python3",
 ) -> nbformat.NotebookNode:
-    """Run every code cell of ``nb`` in a fresh python3 kernel started in ``cwd`` (with the
-    environment ``env``, else this process's), storing outputs and execution counts. Raises
+    """Run every code cell of ``nb`` in a fresh kernel started in ``cwd`` (with the
+    environment ``env``, else this process's), storing outputs and execution counts. The
+    kernel is ``kernel_name``'s kernel spec: python3 is this Python's, another name may run
+    another environment's (tests/test_workshop.py runs the instructor's copy so). Raises
     ``CellError`` when a cell that is not tagged ``raises-exception`` fails, ``CellTimeout``
     when a cell runs past ``cell_timeout`` seconds, ``KernelDied`` when the kernel dies, and
     ``KernelNotReady`` when it does not answer within ``ready_timeout`` seconds of starting."""
-    manager = KernelManager(kernel_name="python3")
+    manager = KernelManager(kernel_name=kernel_name)
     manager.start_kernel(cwd=str(cwd), **({"env": env} if env is not None else {}))
     client = manager.client()
     client.start_channels()
@@ -174,7 +177,7 @@ def execute(
             client.wait_for_ready(timeout=ready_timeout)
         except RuntimeError as error:
             raise KernelNotReady(
-                f"the python3 kernel started in {cwd} was not ready within "
+                f"the {kernel_name} kernel started in {cwd} was not ready within "
                 f"{ready_timeout:g} s: {error}"
             ) from error
         for index, cell in enumerate(nb.cells):

@@ -3,23 +3,94 @@ the instructor hands the solutions out later.
 
     python tools/strip_solutions.py OUT
 
-OUT receives the helpers, the requirements and the notebooks without their folded solution
-cells (tag "solution"); the exercise cells stay, still checked by their checkers. OUT must be
-new or empty. Push it to a repository of its own (and point tools/hub_link.py --repo at it)
-to hand it to learners.
+OUT receives what a learner installs and runs, and nothing else: pyproject.toml and the
+README it names, every package pyproject lists (its whole folder: helpers, loop_auditor),
+any other module of the course that a notebook imports, requirements.txt, binder/, and the
+notebooks without their folded solution cells (tag "solution"); the exercise cells stay,
+still checked by their checkers. In OUT, ``pip install -r requirements.txt -e .`` installs
+the course and every notebook runs (tests/tools/test_workshop.py checks both, in a fresh virtual
+environment: ``python -m pytest -m instructor_copy``). Tests, tools, the workshop notes and CI
+stay behind. OUT must be new or empty. Push it to a repository of its own (and point
+tools/hub_link.py --repo at it) to hand it to learners.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import shutil
 import sys
+import tomllib
 from pathlib import Path
 
 from course import ROOT, notebook_paths, read, write
 
-COPIED = ("helpers", "binder", "requirements.txt", "pyproject.toml", "README.md")
+# Besides pyproject.toml, the packages it lists and the README it names: what a learner
+# installs with, locally and on Binder.
+INSTALL_FILES = ("requirements.txt", "binder")
 SOLUTION_TAG = "solution"
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+
+
+def package_folders(root: Path = ROOT) -> list[str]:
+    """The folders of the packages that ``pip install .`` installs: the top level of each
+    package in pyproject.toml's ``[tool.setuptools] packages`` (a list, or ``find``)."""
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    setuptools = config.get("tool", {}).get("setuptools", {})
+    if "package-dir" in setuptools:
+        raise ValueError("pyproject.toml's [tool.setuptools] package-dir is not supported here")
+    packages = setuptools.get("packages")
+    where = "."
+    if isinstance(packages, dict) and "find" in packages:
+        from setuptools import find_namespace_packages, find_packages
+
+        find = packages["find"]
+        [where] = find.get("where", ["."])
+        finder = find_namespace_packages if find.get("namespaces", True) else find_packages
+        packages = finder(
+            str(root / where), include=find.get("include", ["*"]), exclude=find.get("exclude", [])
+        )
+    if not isinstance(packages, list) or not packages:
+        raise ValueError("pyproject.toml's [tool.setuptools] names no packages")
+    tops = dict.fromkeys(name.split(".")[0] for name in packages)
+    return [(Path(where) / top).as_posix() for top in tops]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The top-level names that a notebook's code cells import (shell and magic lines aside)."""
+    names = set()
+    for index, cell in enumerate(read(path).cells):
+        if cell.cell_type != "code":
+            continue
+        lines = cell.source.splitlines()
+        code = "\n".join("" if line.lstrip().startswith(("!", "%")) else line for line in lines)
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as error:
+            raise ValueError(f"{path.name}, cell {index}: not Python: {error}") from error
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def course_files(root: Path = ROOT) -> list[str]:
+    """What the copy takes besides its notebooks, as paths relative to ``root``: pyproject.toml,
+    its readme, its packages' folders, the course modules the notebooks import, and
+    INSTALL_FILES. Derived from pyproject and the notebooks, so it follows them."""
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    readme = project.get("readme")
+    readme = readme.get("file") if isinstance(readme, dict) else readme
+    files = ["pyproject.toml", *([readme] if readme else []), *package_folders(root)]
+    imported = set().union(*(imported_modules(path) for path in notebook_paths()))
+    for name in sorted(imported):
+        for candidate in (name, f"{name}.py"):
+            if (root / candidate).exists():
+                files.append(candidate)
+    files.extend(INSTALL_FILES)
+    return list(dict.fromkeys(files))
 
 
 def strip_solutions(out: Path) -> list[Path]:
@@ -28,10 +99,11 @@ def strip_solutions(out: Path) -> list[Path]:
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} is not empty: give a new or empty folder")
     out.mkdir(parents=True, exist_ok=True)
-    for name in COPIED:
+    for name in course_files():
         source = ROOT / name
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, out / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(source, out / name, ignore=IGNORED)
         else:
             shutil.copy2(source, out / name)
     written = []
