@@ -18,7 +18,11 @@ from torch.nn import functional as F
 
 from helpers.accumulation import accumulate_gradients, current_gradients, relative_error, windows
 from helpers.at_scale.amp_and_clipping import MISTAKES, train_accumulating
-from helpers.at_scale.checkers_07 import check_allreduces, check_trainer_window_loss
+from helpers.at_scale.checkers_07 import (
+    ALLREDUCE_K,
+    check_allreduces,
+    check_trainer_window_loss,
+)
 from helpers.at_scale.ddp_runs import run_ddp_accumulation
 from helpers.at_scale.frameworks import (
     divide_by_k_gradients,
@@ -181,24 +185,31 @@ def test_the_trainers_fallback_divides_by_the_windows_own_size():
 
 
 # ------------------------------------------------------------------ distributed
+@pytest.fixture(scope="module")
+def ddp_results():
+    """One 2-process DDP run, with the k of exercise 07.1, for every test that reads its
+    results."""
+    return run_ddp_accumulation(nproc=2, k=ALLREDUCE_K, micro_batch=16, repeats=3)
+
+
 @pytest.mark.skipif(
     why_it_cannot_run("07_accumulation_at_scale") is not None,
     reason=str(why_it_cannot_run("07_accumulation_at_scale")),
 )
-def test_the_two_process_ddp_run():
-    results = run_ddp_accumulation(nproc=2, k=K, micro_batch=16, repeats=3)
+def test_the_two_process_ddp_run(ddp_results):
+    results, k = ddp_results, ALLREDUCE_K
     buckets = results["buckets"]
-    assert buckets >= 2 and results["effective_batch"] == 2 * K * 16
+    assert buckets >= 2 and results["k"] == k and results["effective_batch"] == 2 * k * 16
     assert results["allreduces_per_step"] == {
         "no_sync": buckets,
-        "sync every micro-batch": K * buckets,
-        "forward outside no_sync": K * buckets,
+        "sync every micro-batch": k * buckets,
+        "forward outside no_sync": k * buckets,
     }
     gradient_bytes = 4 * results["parameters"]  # float32: every gradient once per all-reduce
     assert results["allreduce_bytes_per_step"] == {
         "no_sync": gradient_bytes,
-        "sync every micro-batch": K * gradient_bytes,
-        "forward outside no_sync": K * gradient_bytes,
+        "sync every micro-batch": k * gradient_bytes,
+        "forward outside no_sync": k * gradient_bytes,
     }
     assert set(results["ms_per_window"]) == set(results["allreduces_per_step"])
     assert results["grad_max_diff_vs_single_process"] < 1e-6
@@ -232,14 +243,24 @@ def test_a_failing_run_says_why(tmp_path):
         launch("helpers.no_such_module", [], nproc=2, timeout=60)
 
 
-def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path):
-    marker = str(tmp_path / "timeout-run.json")
+IDLE_RANKS = """
+import time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()  # both ranks are up, in one process group
+time.sleep(600)  # and never finish: only the launch's timeout ends them
+"""
+
+
+def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path, monkeypatch):
+    """Ranks that wait, rather than train, until the timeout: the same stop (SIGTERM to the
+    launcher's process group) without two cores busy for 12 s. They do not watch for their
+    launcher's end (exit_when_orphaned), so only that stop can end them."""
+    (tmp_path / "idle_ranks.py").write_text(IDLE_RANKS, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    marker = str(tmp_path / "timeout-run")  # in the ranks' command line (forks of the launcher)
     with pytest.raises(RuntimeError, match="took over 12 s and was stopped"):
-        launch(
-            "helpers.at_scale.ddp_accumulation",
-            [f"--out={marker}", "--repeats=1000000"],
-            timeout=12,
-        )
+        launch("idle_ranks", [marker], timeout=12)
     assert wait_until(lambda: not ranks_with(marker), 10), ranks_with(marker)
 
 
@@ -252,8 +273,9 @@ def test_ranks_end_when_the_launching_kernel_is_killed(tmp_path):
         cwd=ROOT_DIR,
     )  # fmt: skip
     try:
-        assert wait_until(lambda: len(ranks_with(marker)) >= 3, 60), "the ranks never started"
-        time.sleep(3)  # the ranks are past their start-up and training
+        # the kernel, the launcher and both ranks (forks of the launcher) carry the marker
+        assert wait_until(lambda: len(ranks_with(marker)) >= 4, 60), "the ranks never started"
+        time.sleep(1)  # the ranks are past their start-up (torch is imported before the fork)
         kernel.kill()  # as a kernel killed or restarted from Jupyter
         kernel.wait()
         assert wait_until(lambda: not ranks_with(marker), 20), ranks_with(marker)
@@ -293,19 +315,14 @@ def test_the_named_misconceptions_give_those_numbers():
     assert 100 / 2 in check_trainer_window_loss.misconceptions  # by micro-batches, not tokens
 
 
-def test_the_allreduce_exercises_answer_is_what_a_run_counts(tmp_path):
+def test_the_allreduce_exercises_answer_is_what_a_run_counts(ddp_results):
     """Exercise 07.1's answer, from the real 2-process run: with k = 8 and the run's
     buckets, a forward outside no_sync() makes every backward all-reduce every bucket."""
-    import json
+    from helpers.at_scale.checkers_07 import ALLREDUCE_BUCKETS
 
-    from helpers.at_scale.checkers_07 import ALLREDUCE_BUCKETS, ALLREDUCE_K
-
-    out = tmp_path / "results.json"
-    args = [f"--out={out}", f"--k={ALLREDUCE_K}", "--repeats=1"]
-    launch("helpers.at_scale.ddp_accumulation", args, nproc=2, timeout=120)
-    results = json.loads(out.read_text(encoding="utf-8"))
-    assert results["buckets"] == ALLREDUCE_BUCKETS
-    counted = results["allreduces_per_step"]["forward outside no_sync"]
+    assert ddp_results["k"] == ALLREDUCE_K
+    assert ddp_results["buckets"] == ALLREDUCE_BUCKETS
+    counted = ddp_results["allreduces_per_step"]["forward outside no_sync"]
     assert counted == check_allreduces.expected() == ALLREDUCE_BUCKETS * ALLREDUCE_K
 
 

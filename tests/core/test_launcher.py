@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,15 +19,94 @@ from helpers.processes.run_ranks import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_launcher(tmp_path, program: str, nproc: int = 2, timeout: float = 60):
-    """Run ``program`` (the body of module ``rank_program``) under the launcher."""
-    (tmp_path / "rank_program.py").write_text(textwrap.dedent(program), encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    command = [sys.executable, "-m", "helpers.processes.launcher", f"--nproc={nproc}",
-               f"--port={free_port()}", "rank_program", "--flag", "x"]  # fmt: skip
-    return subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout
-    )
+# Four runs of the launcher's command in one Python process, which imports torch and
+# torch._dynamo (what the launcher imports before it forks) once instead of four times: each
+# runs helpers.processes.launcher as __main__, with its own arguments, working folder and
+# stderr (file descriptor 2, which the forked ranks inherit), and gives the exit status its
+# `sys.exit(main())` asks for, and whether a rank was left unreaped.
+PROGRAMS = {
+    "args": (
+        3,
+        """
+        import os, pathlib, sys
+        if __name__ == "__main__":
+            rank = os.environ["RANK"]
+            pathlib.Path(f"rank{rank}.txt").write_text(
+                " ".join([os.environ["WORLD_SIZE"], os.environ["MASTER_PORT"], *sys.argv[1:]])
+            )
+        """,
+    ),
+    "exception": (2, "raise ValueError('k must be positive')"),
+    "message": (2, "import sys; sys.exit('no data for this rank')"),
+    "failing": (
+        2,
+        """
+        import os, pathlib, sys, time
+        if os.environ["RANK"] == "1":
+            sys.exit(3)
+        time.sleep(60)  # rank 0 would wait for rank 1 for ever
+        pathlib.Path("rank0 woke up").write_text("")  # unless it was stopped before
+        """,
+    ),
+}
+
+RUN_EACH = """
+import json, os, runpy, sys
+from helpers.processes.run_ranks import free_port
+
+results = {}
+for name, nproc in json.loads(sys.argv[1]).items():
+    os.chdir(name)
+    sys.argv = ["launcher", f"--nproc={nproc}", f"--port={free_port()}", f"rank_{name}",
+                "--flag", "x"]
+    with open("stderr.txt", "w") as stderr:
+        saved = os.dup(2)
+        os.dup2(stderr.fileno(), 2)
+        try:
+            runpy.run_module("helpers.processes.launcher", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as stop:
+            code = stop.code
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+    try:
+        os.waitpid(-1, os.WNOHANG)
+        left = True  # a rank still running, or ended and not reaped by the launcher
+    except ChildProcessError:
+        left = False  # no child process: the launcher reaped every rank
+    results[name] = {"code": code, "ranks_left": left}
+    os.chdir("..")
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """Each program in PROGRAMS under the launcher: its exit status, stderr, working folder,
+    and whether a rank was left running."""
+    folder = tmp_path_factory.mktemp("launcher")
+    for name, (_, program) in PROGRAMS.items():
+        (folder / f"rank_{name}.py").write_text(textwrap.dedent(program), encoding="utf-8")
+        (folder / name).mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), str(ROOT)]))
+    nprocs = json.dumps({name: nproc for name, (nproc, _) in PROGRAMS.items()})
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_EACH, nprocs],
+        env=env, cwd=folder, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.splitlines()[-1])
+    return {
+        name: SimpleNamespace(
+            code=result["code"],
+            stderr=(folder / name / "stderr.txt").read_text(),
+            folder=folder / name,
+            ranks_left=result["ranks_left"],
+        )
+        for name, result in results.items()
+    }
 
 
 def test_the_environment_is_torchruns():
@@ -41,51 +121,32 @@ def test_the_environment_is_torchruns():
     }
 
 
-def test_every_rank_runs_the_module_as_main_with_its_arguments(tmp_path):
-    done = run_launcher(
-        tmp_path,
-        """
-        import os, pathlib, sys
-        if __name__ == "__main__":
-            rank = os.environ["RANK"]
-            pathlib.Path(f"rank{rank}.txt").write_text(
-                " ".join([os.environ["WORLD_SIZE"], os.environ["MASTER_PORT"], *sys.argv[1:]])
-            )
-        """,
-        nproc=3,
-    )
-    assert done.returncode == 0, done.stderr
-    written = sorted(path.name for path in tmp_path.glob("rank*.txt"))
+def test_every_rank_runs_the_module_as_main_with_its_arguments(launched):
+    run = launched["args"]
+    assert run.code == 0 and not run.ranks_left, run.stderr
+    written = sorted(path.name for path in run.folder.glob("rank*.txt"))
     assert written == ["rank0.txt", "rank1.txt", "rank2.txt"]
-    world, port, *args = (tmp_path / "rank2.txt").read_text().split()
+    world, port, *args = (run.folder / "rank2.txt").read_text().split()
     assert world == "3" and port.isdigit() and args == ["--flag", "x"]
 
 
-def test_a_failing_rank_stops_the_others_and_gives_its_exit_code(tmp_path):
-    done = run_launcher(
-        tmp_path,
-        """
-        import os, sys, time
-        if os.environ["RANK"] == "1":
-            sys.exit(3)
-        time.sleep(60)  # rank 0 would wait for rank 1 for ever
-        """,
-        timeout=30,
-    )
-    assert done.returncode == 3
-    assert "rank 1 exited with code 3" in done.stderr
+def test_a_failing_rank_stops_the_others_and_gives_its_exit_code(launched):
+    run = launched["failing"]
+    assert run.code == 3 and not run.ranks_left  # rank 0 was stopped and reaped
+    assert not (run.folder / "rank0 woke up").exists()
+    assert "rank 1 exited with code 3" in run.stderr
 
 
-def test_an_exception_in_a_rank_is_printed_and_fails_the_run(tmp_path):
-    done = run_launcher(tmp_path, "raise ValueError('k must be positive')")
-    assert done.returncode == 1
-    assert "ValueError: k must be positive" in done.stderr
+def test_an_exception_in_a_rank_is_printed_and_fails_the_run(launched):
+    run = launched["exception"]
+    assert run.code == 1 and not run.ranks_left
+    assert "ValueError: k must be positive" in run.stderr
 
 
-def test_a_rank_leaving_with_a_message_prints_it_and_exits_1(tmp_path):
-    done = run_launcher(tmp_path, "import sys; sys.exit('no data for this rank')")
-    assert done.returncode == 1
-    assert "no data for this rank" in done.stderr
+def test_a_rank_leaving_with_a_message_prints_it_and_exits_1(launched):
+    run = launched["message"]
+    assert run.code == 1 and not run.ranks_left
+    assert "no data for this rank" in run.stderr
 
 
 def test_sigterm_to_the_launcher_ends_every_rank(tmp_path):

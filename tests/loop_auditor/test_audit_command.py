@@ -1,13 +1,25 @@
 """The auditor's command, end to end: scripts in a temporary folder run unchanged (their own
-`helpers` module included), findings go to stderr, and the exit status says what happened."""
+`helpers` module included), findings go to stderr, and the exit status says what happened.
 
+Each way of starting the command runs once as a real process (`python -m loop_auditor`,
+`python -m helpers.audit`, the `loop-audit` console script, and each rank under torchrun);
+the other cases call the command's entry point, `loop_auditor.cli.main`, in this process, as
+`loop_auditor/__main__.py` does, and put back what it changes (see `audit_in_process`)."""
+
+import contextlib
+import io
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
+from torch.optim import optimizer as torch_optimizer
+
+from loop_auditor import cli, patches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,6 +65,49 @@ def run(*args, cwd):
     )
 
 
+def audit_in_process(*args, cwd):
+    """``python -m loop_auditor ARGS`` from ``cwd``, in this process: ``cli.main(ARGS)`` with
+    its output captured, argparse's exit taken as the exit status, and what the command
+    changes put back afterwards (the working folder, ``sys.argv``, ``sys.path``, the modules
+    the script imported from its folder, the course's ``helpers`` that the command drops,
+    torch's random state). The auditor must have removed its own patches and hooks: a check
+    that the command leaves nothing behind in a process."""
+    here, argv, path, modules = os.getcwd(), sys.argv, sys.path[:], dict(sys.modules)
+    optimizer_init = torch.optim.Optimizer.__init__
+    global_hooks = [
+        dict(torch_optimizer._global_optimizer_pre_hooks),
+        dict(torch_optimizer._global_optimizer_post_hooks),
+    ]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        os.chdir(cwd)
+        with (
+            torch.random.fork_rng(devices=[]),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as stop:  # argparse's errors: what the process would exit with
+                code = stop.code
+    finally:
+        # the command put the script's folder first on the path (unless it stopped before)
+        script_folder = Path(sys.path[0]).resolve() if sys.path[0] != path[0] else None
+        os.chdir(here)
+        sys.argv, sys.path[:] = argv, path
+        for name in set(sys.modules) - set(modules):
+            file = getattr(sys.modules[name], "__file__", None)
+            if script_folder and file and Path(file).resolve().is_relative_to(script_folder):
+                del sys.modules[name]  # the script's own modules, its helpers.py among them
+        sys.modules.update(modules)  # the course's helpers, which the command dropped
+    assert torch.optim.Optimizer.__init__ is optimizer_init and not patches.ACTIVE
+    assert [
+        dict(torch_optimizer._global_optimizer_pre_hooks),
+        dict(torch_optimizer._global_optimizer_post_hooks),
+    ] == global_hooks
+    return SimpleNamespace(returncode=code, stdout=stdout.getvalue(), stderr=stderr.getvalue())
+
+
 def test_a_correct_script_runs_unchanged_with_its_own_helpers_module(tmp_path):
     path = script(tmp_path)
     done = run(
@@ -61,11 +116,14 @@ def test_a_correct_script_runs_unchanged_with_its_own_helpers_module(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == "trained __main__ ['--lr', '0.1', '--', '-x']\n"  # verbatim
     assert "loop auditor: no findings in train.py (1 optimizer, 4 steps)." in done.stderr
+    # the other cases run in this process: the same run there gives the same output and status
+    again = audit_in_process(path.name, "--lr", "0.1", "--", "-x", cwd=tmp_path)
+    assert (again.returncode, again.stdout, again.stderr) == (0, done.stdout, done.stderr)
 
 
 def test_a_buggy_script_gets_its_findings_and_status_3(tmp_path):
     path = script(tmp_path, zero=False)
-    done = run(sys.executable, "-m", "loop_auditor", str(path), cwd=ROOT)
+    done = audit_in_process(str(path), cwd=ROOT)
     assert done.returncode == 3, done.stderr
     assert done.stdout.startswith("trained")
     assert "1 finding(s)" in done.stderr
@@ -93,14 +151,14 @@ def test_the_console_script_is_installed_and_works(tmp_path):
 
 def test_the_scripts_own_exit_status_is_kept(tmp_path):
     path = script(tmp_path, zero=False, tail="sys.exit(5)")
-    done = run(sys.executable, "-m", "loop_auditor", path.name, cwd=tmp_path)
+    done = audit_in_process(path.name, cwd=tmp_path)
     assert done.returncode == 5
     assert "missing-zero-grad" in done.stderr  # and the findings are still printed
 
 
 def test_an_error_in_the_script_shows_its_traceback_then_the_findings(tmp_path):
     path = script(tmp_path, tail="raise ValueError('boom')")
-    done = run(sys.executable, "-m", "loop_auditor", path.name, cwd=tmp_path)
+    done = audit_in_process(path.name, cwd=tmp_path)
     assert done.returncode == 1
     assert "ValueError: boom" in done.stderr and "Traceback" in done.stderr
     assert done.stderr.index("ValueError: boom") < done.stderr.index("loop auditor:")
@@ -118,17 +176,14 @@ def test_an_error_in_the_script_shows_its_traceback_then_the_findings(tmp_path):
 )
 def test_bad_arguments_get_a_clear_error_and_status_2(tmp_path, args, says):
     script(tmp_path)
-    done = run(sys.executable, "-m", "loop_auditor", *args, cwd=tmp_path)
+    done = audit_in_process(*args, cwd=tmp_path)
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_allow_silences_a_declared_code(tmp_path):
     path = script(tmp_path, zero=False)
-    done = run(
-        sys.executable, "-m", "loop_auditor", "--allow", "missing-zero-grad", path.name,
-        cwd=tmp_path,
-    )  # fmt: skip
+    done = audit_in_process("--allow", "missing-zero-grad", path.name, cwd=tmp_path)
     assert done.returncode == 0 and "no findings" in done.stderr, done.stderr
 
 
