@@ -29,6 +29,7 @@ SKIP_FILES=(
     tests/loop_auditor/test_audit_real_code.py # a real Accelerator and Lightning Trainer, on the CPU
     tests/tools/test_site.py    # the site bundles KaTeX and lunr.js, fetched with npm
     tests/tools/test_site_browser.py # the site in Chromium through Selenium
+    tests/tools/test_workshop.py # the instructor's copy: a fresh venv from PyPI, setuptools
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.

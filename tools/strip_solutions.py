@@ -21,6 +21,7 @@ import ast
 import shutil
 import sys
 import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 from course import ROOT, notebook_paths, read, write
@@ -42,18 +43,29 @@ def package_folders(root: Path = ROOT) -> list[str]:
     packages = setuptools.get("packages")
     where = "."
     if isinstance(packages, dict) and "find" in packages:
-        from setuptools import find_namespace_packages, find_packages
-
         find = packages["find"]
         [where] = find.get("where", ["."])
-        finder = find_namespace_packages if find.get("namespaces", True) else find_packages
-        packages = finder(
-            str(root / where), include=find.get("include", ["*"]), exclude=find.get("exclude", [])
+        packages = top_level_found(
+            root / where, find.get("include", ["*"]), find.get("exclude", [])
         )
     if not isinstance(packages, list) or not packages:
         raise ValueError("pyproject.toml's [tool.setuptools] names no packages")
     tops = dict.fromkeys(name.split(".")[0] for name in packages)
     return [(Path(where) / top).as_posix() for top in tops]
+
+
+def top_level_found(base: Path, include: list[str], exclude: list[str]) -> list[str]:
+    """The top-level packages that setuptools' ``find`` names under ``base``: the folders whose
+    name matches an ``include`` pattern (fnmatch, as setuptools matches) and no ``exclude``
+    one; a plain ``find`` (namespaces) needs no ``__init__.py``, a ``namespaces = false`` one
+    does not change which top-level folders hold the packages named here."""
+    folders = sorted(p.name for p in base.iterdir() if p.is_dir() and p.name.isidentifier())
+    return [
+        name
+        for name in folders
+        if any(fnmatch(name, pattern) for pattern in include)
+        and not any(fnmatch(name, pattern) for pattern in exclude)
+    ]
 
 
 def imported_modules(path: Path) -> set[str]:
