@@ -6,6 +6,7 @@ Where each loop comes from is named in its docstring; the models are tiny and bu
 """
 
 import contextlib
+import gc
 import math
 
 import pytest
@@ -638,13 +639,22 @@ def test_ddp_no_sync_accumulation_reports_nothing_and_reads_nothing(
                         (F.mse_loss(ddp(x), y) / 4).backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=set_to_none)
+        report = str(audit)
+        findings, windows, host_reads = audit.findings, audit._windows, audit.host_reads
     finally:
+        # DDP's reducer (held by the model, the optimizer and the auditor) is freed while its
+        # process group is still registered, not at the function's end after the group is
+        # destroyed: gloo's group then ends its threads in destroy_process_group. (Freed at the
+        # end, it once hung in the group's destructor, joining a thread, in a pytest-xdist
+        # worker.)
+        ddp = optimizer = audit = None
+        gc.collect()
         dist.destroy_process_group()
-    assert audit.findings == [], str(audit)
-    assert [n for _, n in audit._windows] == [4, 4]
+    assert findings == [], report
+    assert [n for _, n in windows] == [4, 4]
     # With bucket views DDP re-points .grad into its rebuilt buckets once, at the second
     # window's first forward: the auditor reads those gradients once to see they were kept.
-    assert audit.host_reads == (1 if bucket_view and not set_to_none else 0)
+    assert host_reads == (1 if bucket_view and not set_to_none else 0)
 
 
 # ------------------------------------------------------------------------ LBFGS
