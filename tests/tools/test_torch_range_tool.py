@@ -121,11 +121,14 @@ def test_bad_arguments_say_what_to_write(argv, message, capsys):
 
 
 def test_a_release_whose_environment_cannot_be_made_fails_with_a_line_not_a_traceback(
-    monkeypatch, capsys
+    monkeypatch, capsys, tmp_path
 ):
     def no_python(version):
         raise SystemExit("torch_range: no python3.99 here: install Python 3.99")
 
+    # check() deletes its environment's folder afterwards: here a temporary one, not the
+    # build/venv-torch-2.9.0 that `prepare` may be making beside this test (CI does)
+    monkeypatch.setattr(torch_range, "ROOT", tmp_path)
     monkeypatch.setattr(torch_range, "find_python", no_python)
     assert torch_range.check("2.9.0", (3, 99), newest=False, keep=False) == 1
     assert "no environment for torch 2.9.0: torch_range: no python3.99 here" in (
