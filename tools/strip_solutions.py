@@ -46,7 +46,10 @@ def package_folders(root: Path = ROOT) -> list[str]:
         find = packages["find"]
         [where] = find.get("where", ["."])
         packages = top_level_found(
-            root / where, find.get("include", ["*"]), find.get("exclude", [])
+            root / where,
+            find.get("include", ["*"]),
+            find.get("exclude", []),
+            namespaces=find.get("namespaces", True),
         )
     if not isinstance(packages, list) or not packages:
         raise ValueError("pyproject.toml's [tool.setuptools] names no packages")
@@ -54,17 +57,24 @@ def package_folders(root: Path = ROOT) -> list[str]:
     return [(Path(where) / top).as_posix() for top in tops]
 
 
-def top_level_found(base: Path, include: list[str], exclude: list[str]) -> list[str]:
-    """The top-level packages that setuptools' ``find`` names under ``base``: the folders whose
-    name matches an ``include`` pattern (fnmatch, as setuptools matches) and no ``exclude``
-    one; a plain ``find`` (namespaces) needs no ``__init__.py``, a ``namespaces = false`` one
-    does not change which top-level folders hold the packages named here."""
-    folders = sorted(p.name for p in base.iterdir() if p.is_dir() and p.name.isidentifier())
+def top_level_found(
+    base: Path, include: list[str], exclude: list[str], namespaces: bool = True
+) -> list[str]:
+    """The top-level folders of the packages that setuptools' ``find`` names under ``base``:
+    a folder counts when its name, or a subpackage's dotted name below it (``helpers.*``),
+    matches an ``include`` pattern (fnmatch, as setuptools matches) and its name no ``exclude``
+    one; with ``namespaces = false`` it must also hold an ``__init__.py``."""
+
+    def included(name: str) -> bool:
+        return any(fnmatch(name, p) or p.startswith(f"{name}.") for p in include)
+
+    folders = sorted(p for p in base.iterdir() if p.is_dir() and p.name.isidentifier())
     return [
-        name
-        for name in folders
-        if any(fnmatch(name, pattern) for pattern in include)
-        and not any(fnmatch(name, pattern) for pattern in exclude)
+        folder.name
+        for folder in folders
+        if included(folder.name)
+        and not any(fnmatch(folder.name, pattern) for pattern in exclude)
+        and (namespaces or (folder / "__init__.py").is_file())
     ]
 
 

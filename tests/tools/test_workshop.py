@@ -421,3 +421,14 @@ def test_every_notebook_of_the_installed_copy_runs_and_no_exercise_is_answered(
     shown = text_of([output for cell in nb.cells for output in cell.get("outputs", [])])
     statuses = re.findall(r"^\[([A-Z]+)\] ", shown, flags=re.MULTILINE)  # notebook 00's report
     assert set(statuses) <= {"OK"}, shown
+
+
+def test_find_counts_a_folder_by_its_subpackages_and_namespaces_false_needs_init(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "ns").mkdir()
+    found = strip_solutions.top_level_found
+    assert found(tmp_path, ["pkg.*"], []) == ["pkg"]  # only subpackages named: its folder
+    assert found(tmp_path, ["*"], []) == ["ns", "pkg"]
+    assert found(tmp_path, ["*"], [], namespaces=False) == ["pkg"]
+    assert found(tmp_path, ["*"], ["ns"]) == ["pkg"]
