@@ -282,18 +282,27 @@ def _train(source: str, name: str, rank: int, world: int) -> tuple[torch.Tensor 
     }
 
 
-def _gather_results(weights: torch.Tensor, seen: dict) -> dict:
+def _gather_results(weights: torch.Tensor, seen: dict, held: list) -> dict:
     """Rank 0's results: its weights, the largest difference from another rank's, and what
-    it saw (a collective: every rank calls it)."""
+    it saw (a collective: every rank calls it).
+
+    The all-gather's tensors go into ``held``, which the caller keeps until it has destroyed
+    the process group: gloo's worker thread frees its finished work a moment after the work
+    completes, and if Python had dropped those tensors by then, freeing them needs the GIL,
+    which ``destroy_process_group`` holds while it joins that thread (a deadlock, seen on
+    torch 2.4.0 about once in 25 runs)."""
     import torch.distributed as dist
 
     gathered = [torch.empty_like(weights) for _ in range(dist.get_world_size())]
+    held += [weights, *gathered]
     dist.all_gather(gathered, weights)
     across = max((g - weights).abs().max().item() for g in gathered)
     return {"weights": weights.tolist(), "across_ranks": across, **seen}
 
 
 def main(argv: list[str] | None = None) -> None:
+    import gc
+
     import torch.distributed as dist
 
     from helpers.processes.rank_runtime import exit_when_orphaned, leave_at_once
@@ -325,13 +334,16 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     weights, seen = _train(args.source[0], args.name[0], rank, world)
+    gc.collect()  # the learner's frames and the DDP model: the group's last references
     if weights is None:
         (out / f"error{rank}.json").write_text(json.dumps({**seen, "time": time.time()}))
         sys.stdout.flush()
         os._exit(1)
-    results = _gather_results(weights, seen)
-    if rank == 0:
-        (out / "results.json").write_text(json.dumps(results))
+    held: list = []  # the all-gather's tensors, alive until the group is destroyed
+    results = _gather_results(weights, seen, held)
+    if rank == 0:  # whole or not at all: run_capstone may read it after a stop
+        (out / "results.part").write_text(json.dumps(results))
+        (out / "results.part").replace(out / "results.json")
     dist.destroy_process_group()
     leave_at_once()
 
@@ -395,12 +407,14 @@ def _main_batch(functions: list[tuple[str, str]], out: Path, timeout: float) -> 
             dist.destroy_process_group()  # closes its sockets: a rank waiting for it fails
         store.set(f"ended{j}/{rank}", "ok" if weights is not None else "error")
         store.wait([f"ended{j}/{r}" for r in range(world)])
+        held: list = []  # the all-gather's tensors, alive until the group is destroyed
         if all(store.get(f"ended{j}/{r}") == b"ok" for r in range(world)):
-            results = _gather_results(weights, seen)
+            results = _gather_results(weights, seen, held)
             if rank == 0:
                 (out / f"results{j}.json").write_text(json.dumps(results))
         if weights is not None:
             dist.destroy_process_group()
+        del held
         if rank == 0:
             (out / f"judged{j}").touch()
     deadline.stop()
@@ -433,6 +447,9 @@ def run_capstone(function: Callable, timeout: float = 60) -> dict:
         try:
             launch("helpers.capstone.capstone_run", args, nproc=WORLD, timeout=timeout)
         except RuntimeError as error:
+            results = Path(folder) / "results.json"
+            if results.exists():  # the function ran to its end: only leaving was stopped
+                return json.loads(results.read_text(encoding="utf-8"))
             errors = sorted(
                 (json.loads(p.read_text()) for p in Path(folder).glob("error*.json")),
                 key=lambda e: e["time"],

@@ -550,3 +550,27 @@ def test_the_allreduce_counts_answer_is_what_a_run_counts(judged):
     results = judged.outcomes[BATCH.index("model solution")]
     assert results["buckets"] == BUCKETS
     assert results["allreduces"] == check_gradient_allreduces.expected() == 4
+
+
+def test_a_run_stopped_after_its_results_were_written_keeps_them(folder, monkeypatch):
+    """The function ran to its end on both ranks and rank 0 wrote the results; only leaving
+    (destroying the process group) was stopped by the timeout: the run is judged on them."""
+
+    def stopped_while_leaving(module, args, nproc, timeout):
+        out = Path(next(a for a in args if a.startswith("--out="))[len("--out=") :])
+        (out / "results.json").write_text('{"weights": [1.0]}', encoding="utf-8")
+        raise RuntimeError(f"the {nproc}-process run took over {timeout:g} s and was stopped")
+
+    monkeypatch.setattr(run_ranks, "launch", stopped_while_leaving)
+    function = learner_function(folder, MODEL_SOLUTION)
+    assert capstone_run.run_capstone(function, timeout=5) == {"weights": [1.0]}
+
+
+def test_a_run_stopped_before_any_results_is_a_timeout(folder, monkeypatch):
+    def stopped(module, args, nproc, timeout):
+        raise RuntimeError(f"the {nproc}-process run took over {timeout:g} s and was stopped")
+
+    monkeypatch.setattr(run_ranks, "launch", stopped)
+    with pytest.raises(capstone_run.CapstoneRunError) as stop:
+        capstone_run.run_capstone(learner_function(folder, MODEL_SOLUTION), timeout=5)
+    assert stop.value.kind == "timeout"
