@@ -21,6 +21,7 @@ its whole process group on a timeout).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
 import runpy
@@ -81,6 +82,9 @@ def _run_forked_rank(module: str, args: list[str], env: dict[str, str]) -> None:
 
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+# Set (to anything) in the environment, a forked rank stopped by SIGTERM first prints every
+# thread's Python stack: CI sets it, so that a run stopped on a timeout shows where it waited.
+STACKS_ON_STOP = "GM_RANK_STACKS"
 
 
 def _start_ranks(
@@ -99,6 +103,8 @@ def _start_ranks(
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the rank's own defaults
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+                if os.environ.get(STACKS_ON_STOP):  # where the rank was, when stopped
+                    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
                 _run_forked_rank(module, args, env)
             ranks[rank] = pid
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from helpers.arguments import positive_int
+from helpers.processes.launcher import STACKS_ON_STOP
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,9 +105,11 @@ def launch(
         try:
             output, _ = process.communicate(timeout=timeout)
         except BaseException as error:  # timeout, Ctrl-C, kernel interrupt: no stray ranks
-            _stop(process)
+            output = _stop(process)
             if isinstance(error, subprocess.TimeoutExpired):
                 message = f"the {nproc}-process run took over {timeout:g} s and was stopped"
+                if env.get(STACKS_ON_STOP):  # CI: where the ranks waited, for whoever debugs
+                    print(f"{message}; its output:\n{output[-20000:]}", file=sys.__stderr__)
                 raise RuntimeError(message) from None
             raise
         port_taken = "EADDRINUSE" in output or "address already in use" in output.lower()
@@ -134,17 +137,18 @@ def _collective_hint(output: str) -> str:
     )
 
 
-def _stop(process: subprocess.Popen) -> None:
+def _stop(process: subprocess.Popen) -> str:
     """Stop the launcher and its ranks: SIGTERM to their process group first, then SIGKILL
-    if they have not ended in 40 s."""
+    if they have not ended in 40 s. Returns what they printed that was not yet read."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
-        process.communicate(timeout=40)
+        output, _ = process.communicate(timeout=40)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        output, _ = process.communicate()
     except ProcessLookupError:
-        process.communicate()
+        output, _ = process.communicate()
+    return output or ""
 
 
 def first_error(output: str) -> str:

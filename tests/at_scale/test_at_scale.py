@@ -252,16 +252,21 @@ time.sleep(600)  # and never finish: only the launch's timeout ends them
 """
 
 
-def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path, monkeypatch):
+def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path, monkeypatch, capfd):
     """Ranks that wait, rather than train, until the timeout: the same stop (SIGTERM to the
     launcher's process group) without two cores busy for 12 s. They do not watch for their
-    launcher's end (exit_when_orphaned), so only that stop can end them."""
+    launcher's end (exit_when_orphaned), so only that stop can end them. With
+    GM_RANK_STACKS set (as in CI), where each rank waited goes to standard error."""
     (tmp_path / "idle_ranks.py").write_text(IDLE_RANKS, encoding="utf-8")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("GM_RANK_STACKS", "1")
     marker = str(tmp_path / "timeout-run")  # in the ranks' command line (forks of the launcher)
     with pytest.raises(RuntimeError, match="took over 12 s and was stopped"):
         launch("idle_ranks", [marker], timeout=12)
     assert wait_until(lambda: not ranks_with(marker), 10), ranks_with(marker)
+    err = capfd.readouterr().err
+    assert "took over 12 s and was stopped; its output:" in err
+    assert "most recent call first" in err and "idle_ranks.py" in err, err  # (the 2 interleave)
 
 
 def test_ranks_end_when_the_launching_kernel_is_killed(tmp_path):
