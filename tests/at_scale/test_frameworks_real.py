@@ -40,9 +40,15 @@ from helpers.models import TokenModel, make_mlp
 
 pytestmark = pytest.mark.frameworks
 # Installed by requirements-test.txt; a machine without them (the GPU suite's) skips the module.
-pytest.importorskip("lightning")
-pytest.importorskip("accelerate")
-pytest.importorskip("transformers")
+# Found, not imported: each test imports what it runs, so that only the test process that
+# runs this module pays for importing them (seconds), not every pytest-xdist worker.
+_MISSING = [
+    name
+    for name in ("lightning", "accelerate", "transformers")
+    if not importlib.util.find_spec(name)
+]
+if _MISSING:
+    pytest.skip(f"needs {', '.join(_MISSING)} (requirements-test.txt)", allow_module_level=True)
 
 
 def torch_too_old_for_the_frameworks(installed: str) -> str | None:

@@ -200,13 +200,16 @@ def test_stepping_every_two_windows_is_caught():
 
 
 # ------------------------------------------------------------ Accelerate
-accelerate = pytest.importorskip("accelerate")
+# Accelerate and Lightning are imported by the tests that use them, not by this module: only
+# the pytest-xdist worker that runs those tests pays for the import (seconds), and a machine
+# without them (the GPU suite's) still runs every other test here.
 
 
 @pytest.fixture
 def new_accelerator(tmp_path, monkeypatch):
     """Makes a real Accelerator(gradient_accumulation_steps=k) on the CPU, from a clean
     state (Accelerate keeps its state in singletons), and cleans up after the test."""
+    accelerate = pytest.importorskip("accelerate")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     from accelerate.state import AcceleratorState, GradientState
 
@@ -322,33 +325,39 @@ def test_accelerate_without_accumulate_steps_every_micro_batch(accelerator_parts
 
 
 # ------------------------------------------------------------------ Lightning
-lightning = pytest.importorskip("lightning")
+def tiny_module(manual_without_zero_grad=False):
+    """A LightningModule of mlp(); with ``manual_without_zero_grad``, a manual loop that
+    forgot opt.zero_grad()."""
+    lightning = pytest.importorskip("lightning")
 
+    class TinyModule(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = mlp()
+            self.manual = manual_without_zero_grad
+            self.automatic_optimization = not manual_without_zero_grad
 
-class TinyModule(lightning.LightningModule):
-    def __init__(self, manual_without_zero_grad=False):
-        super().__init__()
-        self.net = mlp()
-        self.manual = manual_without_zero_grad
-        self.automatic_optimization = not manual_without_zero_grad
+        def training_step(self, batch, _):
+            x, y = batch
+            loss = F.mse_loss(self.net(x), y)
+            if self.manual:  # a manual loop that forgot opt.zero_grad()
+                opt = self.optimizers()
+                self.manual_backward(loss)
+                opt.step()
+                return None
+            return loss
 
-    def training_step(self, batch, _):
-        x, y = batch
-        loss = F.mse_loss(self.net(x), y)
-        if self.manual:  # a manual loop that forgot opt.zero_grad()
-            opt = self.optimizers()
-            self.manual_backward(loss)
-            opt.step()
-            return None
-        return loss
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
+            return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
 
-    def configure_optimizers(self):
-        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
-        return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+    return TinyModule()
 
 
 def fit(module, tmp_path, **trainer_options):
+    import lightning
+
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(torch.randn(40, 5), torch.randn(40, 1)), batch_size=4
     )
@@ -367,7 +376,7 @@ def test_lightning_trainer_with_accumulation_reports_nothing(tmp_path):
     from loop_auditor.session import AuditSession
 
     with AuditSession(accumulation_steps=2) as session:
-        fit(TinyModule(), tmp_path, accumulate_grad_batches=2, gradient_clip_val=1.0)
+        fit(tiny_module(), tmp_path, accumulate_grad_batches=2, gradient_clip_val=1.0)
     assert session.findings == [], str(session)
     (audit,) = session.auditors
     assert audit.steps == 10 and {n for _, n in audit._windows} == {2}
@@ -378,11 +387,12 @@ def test_lightning_manual_optimization_without_zero_grad_is_caught(tmp_path):
     from loop_auditor.session import AuditSession
 
     with AuditSession() as session:
-        fit(TinyModule(manual_without_zero_grad=True), tmp_path)
+        fit(tiny_module(manual_without_zero_grad=True), tmp_path)
     assert [f.code for f in session.findings] == ["missing-zero-grad"], str(session)
 
 
 def test_a_lightning_optimizer_is_unwrapped():
+    pytest.importorskip("lightning")
     from lightning.pytorch.core.optimizer import LightningOptimizer
 
     model = mlp()
