@@ -10,10 +10,13 @@ oldest Python the course supports, and the newest release CI knows on Python 3.1
 
 In each environment:
 
-- nbval runs every notebook that this torch runs (by ``helpers/versions.py``), with all its
-  checks, and compares every output with the committed one; only the PyTorch message texts
-  listed in ``tools/torch_message_texts.cfg`` may differ; in the same run each exercise's
-  solution must pass (``tools/nbval_solutions.py``);
+- nbval runs the notebooks, with all their checks, and compares every output with the
+  committed one; only the PyTorch message texts listed in ``tools/torch_message_texts.cfg``
+  may differ; in the same run each exercise's solution must pass
+  (``tools/nbval_solutions.py``). On a minimum, the notebooks that name it as their oldest
+  torch (``helpers/versions.py``): a notebook whose oldest torch is 2.3 is not run again on
+  2.4 and 2.9, which lie inside the range; on the newest release and on ``--torch``, every
+  notebook that torch runs. pytest-xdist spreads the notebooks over the cores;
 - ``tests/course/test_torch_range.py`` checks that every notebook this torch does not run stops at
   its setup cell with the message that names the torch it needs;
 - on the newest release, the notebook checks too (``tests/course/test_notebooks.py``).
@@ -59,7 +62,7 @@ SANITIZER = ROOT / "tools" / "torch_message_texts.cfg"
 # What the notebooks and nbval need, by name, from the course's own requirement files
 # (JupyterLab too: notebook 00's report fails without it).
 COURSE_PACKAGES = ("jupyterlab", "matplotlib", "ipywidgets")
-TEST_PACKAGES = ("pytest", "nbval", "nbformat", "jupyter_client")
+TEST_PACKAGES = ("pytest", "pytest-xdist", "nbval", "nbformat", "jupyter_client")
 NEWEST_TESTS = ("tests/course/test_notebooks.py",)
 MARKERS = "not browser and not colab"  # the default run's, with torch_range
 
@@ -155,9 +158,23 @@ def prepare(torch: str, python_version: tuple[int, ...]) -> int:
     return 0
 
 
-def check(torch: str, python_version: tuple[int, ...], newest: bool, keep: bool) -> int:
+def notebooks_to_run(torch: str, own_minimum_only: bool) -> list[str]:
+    """The notebooks this torch runs; with ``own_minimum_only``, those of them whose oldest
+    torch (``helpers/versions.py``) is this one's release."""
+    runs = set(runs_on(torch))
+    release = tuple(int(part) for part in torch.split(".")[:2])
+    return [
+        f"notebooks/{name}.ipynb"
+        for name, minimum in TORCH_MINIMUMS.items()
+        if name[:2] in runs and (not own_minimum_only or minimum == release)
+    ]
+
+
+def check(
+    torch: str, python_version: tuple[int, ...], newest: bool, keep: bool, minimum: bool = False
+) -> int:
     """Make the environment (or take the one ``prepare`` made), run the checks, return
-    pytest's exit status."""
+    pytest's exit status. ``minimum``: only the notebooks whose oldest torch this is."""
     folder = environment_folder(torch)
     started = time.monotonic()
     try:
@@ -169,10 +186,10 @@ def check(torch: str, python_version: tuple[int, ...], newest: bool, keep: bool)
             print(f"torch_range: no environment for torch {torch}: {error}", flush=True)
             return 1
         made = time.monotonic()
-        runs = set(runs_on(torch))
-        notebooks = [f"notebooks/{n}.ipynb" for n in TORCH_MINIMUMS if n[:2] in runs]
+        notebooks = notebooks_to_run(torch, own_minimum_only=minimum)
         command = [
             str(env_python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "-n", "auto", "--dist", "loadfile",
             "--nbval-sanitize-with", str(SANITIZER.relative_to(ROOT)),
             "-m", MARKERS,
             *notebooks, "tests/course/test_torch_range.py", *(NEWEST_TESTS if newest else ()),
@@ -225,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         failed = [t for t, python, _ in minimum_pairs() + newest_pairs() if prepare(t, python)]
         return 1 if failed else 0
-    failed = [torch for torch, python, newest in pairs if check(torch, python, newest, args.keep)]
+    minimum = args.which == "minimums"
+    failed = [t for t, python, newest in pairs if check(t, python, newest, args.keep, minimum)]
     if failed:
         print(f"torch_range: failed on torch {', '.join(failed)}", flush=True)
     return 1 if failed else 0

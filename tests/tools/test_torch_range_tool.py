@@ -70,6 +70,7 @@ def test_it_installs_what_the_notebooks_and_nbval_need_from_the_course_files_les
     assert [spec.split(">")[0] for spec in course] == ["jupyterlab", "matplotlib", "ipywidgets"]
     assert [spec.split(">")[0] for spec in tests] == [
         "pytest",
+        "pytest-xdist",
         "nbval",
         "nbformat",
         "jupyter_client",
@@ -85,17 +86,37 @@ def test_the_minimums_are_each_notebooks_oldest_torch_and_each_runs_its_own_note
     seen = []
     monkeypatch.setattr(torch_range, "check", lambda *args: seen.append(args) or 0)
     assert torch_range.main(["minimums"]) == 0
-    assert [(t, p) for t, p, _, _ in seen] == [
-        ("2.3.0", (3, 11)),
-        ("2.4.0", (3, 11)),
-        ("2.9.0", (3, 11)),
-    ]
+    assert seen == [
+        ("2.3.0", (3, 11), False, False, True),
+        ("2.4.0", (3, 11), False, False, True),
+        ("2.9.0", (3, 11), False, False, True),
+    ]  # True: each minimum runs only the notebooks whose oldest torch it is
     assert runs_on("2.3.0") == ["00", "01", "02", "03", "04", "05", "06"]
     assert runs_on("2.4.0")[-2:] == ["07", "09"]
     assert runs_on("2.9.0") == [n[:2] for n in TORCH_MINIMUMS]
     seen.clear()
     assert torch_range.main(["newest", "--keep"]) == 0
-    assert seen == [("2.15.0", (3, 12), True, True)]
+    assert seen == [("2.15.0", (3, 12), True, True, False)]
+    seen.clear()
+    assert torch_range.main(["--torch", "2.6.0"]) == 0
+    assert seen == [("2.6.0", (3, 11), False, False, False)]
+
+
+def test_each_notebook_runs_on_its_own_minimum_and_every_notebook_on_the_newest():
+    own = {
+        torch: torch_range.notebooks_to_run(torch, own_minimum_only=True)
+        for torch in ("2.3.0", "2.4.0", "2.9.0")
+    }
+    assert own["2.4.0"] == [
+        "notebooks/07_accumulation_at_scale.ipynb",
+        "notebooks/09_capstone.ipynb",
+    ]
+    assert own["2.9.0"] == ["notebooks/08_training_stacks.ipynb"]
+    every = sorted(n for names in own.values() for n in names)
+    assert every == [f"notebooks/{name}.ipynb" for name in sorted(TORCH_MINIMUMS)]
+    assert every == sorted(torch_range.notebooks_to_run("2.15.0", own_minimum_only=False))
+    assert torch_range.notebooks_to_run("2.4.0", own_minimum_only=False)[-2:] == own["2.4.0"]
+    assert torch_range.notebooks_to_run("2.2.0", own_minimum_only=False) == []
 
 
 def test_a_failed_release_fails_the_run(monkeypatch, capsys):
