@@ -8,8 +8,8 @@ Where torch's CPU-wheel index (binder/requirements.txt's --extra-index-url) cann
 reached, the index line is dropped and torch is installed first at the version the
 committed outputs were made with (constraints.txt), from what pip finds without the index
 (a local wheel here): the newest torch in binder's range would be a CUDA build of GBs.
-pytest and nbval are added to run the suite: they are the test's tools, not part of what
-Binder builds. Exit status: the suite's.
+pytest, nbval and pytest-xdist are added to run the suite: they are the test's tools, not
+part of what Binder builds. Exit status: the suite's.
 """
 
 from __future__ import annotations
@@ -85,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PATH=f"{args.env / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env.pop("PYTHONPATH", None)
     run(["bash", str(BINDER / "postBuild")], cwd=ROOT, env=env)
-    run([python, "-m", "pip", "install", "--quiet", "pytest>=8", "nbval>=0.11"])
-    suite = subprocess.run(
-        [python, "-m", "pytest", "-q", "notebooks"], cwd=ROOT, env=dict(env, GM_DEVICE="cpu")
+    run([python, "-m", "pip", "install", "--quiet", "pytest>=8", "nbval>=0.11", "pytest-xdist>=3"])
+    suite = subprocess.run(  # the notebooks spread over the cores, each on torch's own threads
+        [python, "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "notebooks"],
+        cwd=ROOT,
+        env=dict(env, GM_DEVICE="cpu"),
     )
     verdict = "passed" if suite.returncode == 0 else "FAILED"
     seconds = time.monotonic() - started
