@@ -55,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
         help="a code the script does on purpose (repeat for several)",
     )
     parser.add_argument("script", help="the training script, run as `python script`")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    # main() splits the script's arguments off before parsing: "*" only shows them in --help
+    # (REMAINDER, or "*" without a default, would make them required: named when the script
+    # is missing)
+    parser.add_argument("args", nargs="*", default=[], help="the script's own arguments")
     return parser
 
 

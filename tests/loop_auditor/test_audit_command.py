@@ -167,17 +167,26 @@ def test_an_error_in_the_script_shows_its_traceback_then_the_findings(tmp_path):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["missing.py"], "no such script: missing.py"),
-        (["--accumulation-steps", "0", "train.py"], "must be 1 or more, got 0"),
-        (["--accumulation-steps", "two", "train.py"], "must be a whole number"),
-        (["--allow", "zero-grad", "train.py"], "invalid choice: 'zero-grad'"),
-        ([], "the following arguments are required: script"),
+        (["missing.py"], "no such script: missing.py\n"),
+        (
+            ["--accumulation-steps", "0", "train.py"],
+            "argument --accumulation-steps: must be 1 or more, got 0\n",
+        ),
+        (
+            ["--accumulation-steps", "two", "train.py"],
+            "argument --accumulation-steps: must be a whole number, got 'two'\n",
+        ),
+        (
+            ["--allow", "zero-grad", "train.py"],
+            "argument --allow: invalid choice: 'zero-grad' (choose from",
+        ),
+        ([], "the following arguments are required: script\n"),
     ],
 )
 def test_bad_arguments_get_a_clear_error_and_status_2(tmp_path, args, says):
     script(tmp_path)
     done = audit_in_process(*args, cwd=tmp_path)
-    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert done.returncode == 2 and f"error: {says}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
