@@ -100,11 +100,18 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _report(session: AuditSession, script: Path) -> str:
-    """What the command prints when the script ends: the findings, or that there are none."""
+def _report(session: AuditSession, script: Path, ran_to_end: bool) -> str:
+    """What the command prints when the script ends: the findings, or that there are none;
+    nothing when the script stopped before any optimizer step (its ``--help``, an error in its
+    arguments), and a short note when it ran to its end without one (its optimizers were in
+    processes it started, or it has none)."""
     rank = os.environ.get("RANK")
     who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"
     findings = session.findings
+    if not findings and session.steps == 0:
+        if not ran_to_end:
+            return ""
+        return f"{who}: nothing to audit: {script} took no optimizer step in this process.\n"
     n, steps = len(session.auditors), session.steps
     summary = f"{n} optimizer{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}"
     if not findings:
@@ -143,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     _forget_course_helpers()
     sys.argv = [str(script), *options.args]
     sys.path[0] = str(script.resolve().parent)
-    status = 0
+    status, ran_to_end = 0, False
     with AuditSession(options.accumulation_steps, allow=options.allow) as session:
         try:
             runpy.run_path(str(script), run_name="__main__")
+            ran_to_end = True
         except SystemExit as exit_:
             status = _status(exit_.code)
         except KeyboardInterrupt:
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
         session.aborted = status != 0
     sys.stdout.flush()
-    _write_whole(_report(session, script))
+    _write_whole(_report(session, script, ran_to_end))
     if status:
         return status
     return FINDINGS_STATUS if session.findings and not options.exit_zero else 0

@@ -164,6 +164,41 @@ def test_the_report_is_one_write_to_stderr_after_what_stderr_had_buffered(tmp_pa
     assert [data for to, data in writes if to == fd] == [report.encode()]
 
 
+SCRIPT_WITH_OPTIONS = """
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+epochs = parser.parse_args().epochs
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(epochs):
+    optimizer.zero_grad()
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_script_that_stops_before_any_step_gets_no_report(tmp_path):
+    """Its --help (argparse's exit) or a wrong argument: its own output stands alone. Run to
+    its end without a step, a one-line note says so (its training may be in processes it
+    started, which are not audited)."""
+    (tmp_path / "options.py").write_text(SCRIPT_WITH_OPTIONS)
+    done = audit_in_process("options.py", "--help", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith("usage: options.py [-h] [--epochs EPOCHS]")
+    done = audit_in_process("options.py", "--epochs", "x", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.endswith("invalid int value: 'x'\n"), done.stderr
+    done = audit_in_process("options.py", "--epochs", "0", cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stderr == (
+        "loop auditor: nothing to audit: options.py took no optimizer step in this process.\n"
+    )
+    done = audit_in_process("options.py", "--epochs", "1", cwd=tmp_path)
+    assert done.stderr == "loop auditor: no findings in options.py (1 optimizer, 1 step).\n"
+
+
 def test_the_course_name_for_the_command_also_leaves_the_scripts_helpers_alone(tmp_path):
     """python -m helpers.audit imports the course's helpers first; the script must still get
     its own (run from the course's folder, where `helpers` is the course's)."""
