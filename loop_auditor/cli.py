@@ -1,11 +1,12 @@
 """The command: run a training script as it is, under the loop auditor.
 
-    python -m loop_auditor [--accumulation-steps K] [--allow CODE] train.py [its arguments]
+    python -m loop_auditor [--accumulation-steps K] [--allow CODE] [--exit-zero] train.py [args]
 
 It runs the script as ``python train.py`` would (same ``sys.argv``, its folder first on
 ``sys.path``, ``__name__ == "__main__"``), audits every optimizer the script builds, and when
-the script ends prints the findings to stderr. Exit status: the script's own when it failed;
-otherwise 3 when there are findings and 0 when there are none.
+the script ends prints the findings to stderr, in one write (under torchrun, the reports of
+two ranks do not interleave). Exit status: the script's own when it failed; otherwise 3 when
+there are findings (0 with ``--exit-zero``) and 0 when there are none.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m loop_auditor",
         description="Run a PyTorch training script unchanged and report its gradient bugs.",
         epilog=f"Exit status: the script's own if it failed; {FINDINGS_STATUS} if the auditor "
-        "has findings; 0 otherwise. Findings go to stderr.",
+        "has findings (unless --exit-zero); 0 otherwise. Findings go to stderr.",
     )
     parser.add_argument(
         "--accumulation-steps",
@@ -54,8 +55,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=list(CODES),
         help="a code the script does on purpose (repeat for several)",
     )
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help=f"report findings without exit status {FINDINGS_STATUS} (the script's own "
+        "status, else 0), so that torchrun does not stop the other ranks",
+    )
     parser.add_argument("script", help="the training script, run as `python script`")
-    parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    # main() splits the script's arguments off before parsing: "*" only shows them in --help
+    # (REMAINDER, or "*" without a default, would make them required: named when the script
+    # is missing)
+    parser.add_argument("args", nargs="*", default=[], help="the script's own arguments")
     return parser
 
 
@@ -90,6 +100,45 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _report(session: AuditSession, script: Path, ran_to_end: bool) -> str:
+    """What the command prints when the script ends: the findings, or that there are none;
+    nothing when the script stopped before any optimizer step (its ``--help``, an error in its
+    arguments), and a short note when it ran to its end without one (its optimizers were in
+    processes it started, or it has none)."""
+    rank = os.environ.get("RANK")
+    who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"
+    findings = session.findings
+    if not findings and session.steps == 0:
+        if not ran_to_end:
+            return ""
+        return f"{who}: nothing to audit: {script} took no optimizer step in this process.\n"
+    n, steps = len(session.auditors), session.steps
+    summary = f"{n} optimizer{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}"
+    if not findings:
+        return f"{who}: no findings in {script} ({summary}).\n"
+    lines = [f"{who}: {len(findings)} finding(s) in {script} ({summary}):"]
+    lines += [f"  {finding}" for finding in findings]
+    return "\n".join(lines) + "\n"
+
+
+def _write_whole(text: str) -> None:
+    """Write ``text`` to stderr in one ``os.write`` on its file descriptor, after what is
+    buffered: two processes that share stderr (torchrun's ranks) then cannot interleave their
+    lines. Without a file descriptor (stderr captured in Python), in one ``write``."""
+    if not text or sys.stderr is None:
+        return
+    sys.stderr.flush()
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return
+    data = text.encode(getattr(sys.stderr, "encoding", None) or "utf-8", "backslashreplace")
+    while data:  # one call writes it all, but for a signal or a full, non-blocking pipe
+        data = data[os.write(fd, data) :]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     own, script_args = _split(list(sys.argv[1:] if argv is None else argv))
@@ -101,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     _forget_course_helpers()
     sys.argv = [str(script), *options.args]
     sys.path[0] = str(script.resolve().parent)
-    status = 0
+    status, ran_to_end = 0, False
     with AuditSession(options.accumulation_steps, allow=options.allow) as session:
         try:
             runpy.run_path(str(script), run_name="__main__")
+            ran_to_end = True
         except SystemExit as exit_:
             status = _status(exit_.code)
         except KeyboardInterrupt:
@@ -114,17 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
         session.aborted = status != 0
     sys.stdout.flush()
-    rank = os.environ.get("RANK")
-    who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"
-    findings = session.findings
-    n = len(session.auditors)
-    summary = f"{n} optimizer{'s' if n != 1 else ''}, {session.steps} steps"
-    if findings:
-        print(f"{who}: {len(findings)} finding(s) in {script} ({summary}):", file=sys.stderr)
-        for finding in findings:
-            print(f"  {finding}", file=sys.stderr)
-    else:
-        print(f"{who}: no findings in {script} ({summary}).", file=sys.stderr)
+    _write_whole(_report(session, script, ran_to_end))
     if status:
         return status
-    return FINDINGS_STATUS if findings else 0
+    return FINDINGS_STATUS if session.findings and not options.exit_zero else 0

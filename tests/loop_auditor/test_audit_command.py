@@ -2,7 +2,7 @@
 `helpers` module included), findings go to stderr, and the exit status says what happened.
 
 Each way of starting the command runs once as a real process (`python -m loop_auditor`,
-`python -m helpers.audit`, the `loop-audit` console script, and each rank under torchrun);
+`python -m helpers.audit`, the `loop-audit` console script, and two ranks under torchrun);
 the other cases call the command's entry point, `loop_auditor.cli.main`, in this process, as
 `loop_auditor/__main__.py` does, and put back what it changes (see `audit_in_process`)."""
 
@@ -65,9 +65,10 @@ def run(*args, cwd):
     )
 
 
-def audit_in_process(*args, cwd):
+def audit_in_process(*args, cwd, stderr=None):
     """``python -m loop_auditor ARGS`` from ``cwd``, in this process: ``cli.main(ARGS)`` with
-    its output captured, argparse's exit taken as the exit status, and what the command
+    its output captured (stderr into ``stderr`` when given, a file whose text the caller reads
+    itself), argparse's exit taken as the exit status, and what the command
     changes put back afterwards (the working folder, ``sys.argv``, ``sys.path``, the modules
     the script imported from its folder, the course's ``helpers`` that the command drops,
     torch's random state). The auditor must have removed its own patches and hooks: a check
@@ -78,13 +79,13 @@ def audit_in_process(*args, cwd):
         dict(torch_optimizer._global_optimizer_pre_hooks),
         dict(torch_optimizer._global_optimizer_post_hooks),
     ]
-    stdout, stderr = io.StringIO(), io.StringIO()
+    stdout, captured = io.StringIO(), io.StringIO() if stderr is None else stderr
     try:
         os.chdir(cwd)
         with (
             torch.random.fork_rng(devices=[]),
             contextlib.redirect_stdout(stdout),
-            contextlib.redirect_stderr(stderr),
+            contextlib.redirect_stderr(captured),
         ):
             try:
                 code = cli.main(list(args))
@@ -105,7 +106,8 @@ def audit_in_process(*args, cwd):
         dict(torch_optimizer._global_optimizer_pre_hooks),
         dict(torch_optimizer._global_optimizer_post_hooks),
     ] == global_hooks
-    return SimpleNamespace(returncode=code, stdout=stdout.getvalue(), stderr=stderr.getvalue())
+    text = captured.getvalue() if stderr is None else None
+    return SimpleNamespace(returncode=code, stdout=stdout.getvalue(), stderr=text)
 
 
 def test_a_correct_script_runs_unchanged_with_its_own_helpers_module(tmp_path):
@@ -128,6 +130,73 @@ def test_a_buggy_script_gets_its_findings_and_status_3(tmp_path):
     assert done.stdout.startswith("trained")
     assert "1 finding(s)" in done.stderr
     assert "missing-zero-grad (optimizer 1 (SGD), step 2) [3 times]" in done.stderr
+
+
+def test_exit_zero_reports_the_findings_and_keeps_only_the_scripts_own_failure(tmp_path):
+    path = script(tmp_path, zero=False)
+    done = audit_in_process("--exit-zero", path.name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "loop auditor: 1 finding(s) in train.py (1 optimizer, 4 steps):\n" in done.stderr
+    path = script(tmp_path, zero=False, tail="sys.exit(5)")
+    done = audit_in_process("--exit-zero", path.name, cwd=tmp_path)
+    assert done.returncode == 5 and "missing-zero-grad" in done.stderr, done.stderr
+
+
+def test_the_report_is_one_write_to_stderr_after_what_stderr_had_buffered(tmp_path, monkeypatch):
+    """Ranks under torchrun share stderr: a report written line by line can be split by the
+    other rank's lines; one write of the whole text cannot."""
+    path = script(tmp_path, zero=False, tail="print('the script ends', file=sys.stderr)")
+    writes, os_write = [], os.write
+
+    def write(fd, data):
+        writes.append((fd, bytes(data)))
+        return os_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with open(tmp_path / "stderr.txt", "a", encoding="utf-8") as stderr:
+        done = audit_in_process(path.name, cwd=tmp_path, stderr=stderr)
+        fd = stderr.fileno()
+    text = (tmp_path / "stderr.txt").read_text(encoding="utf-8")
+    report = text.removeprefix("the script ends\n")  # buffered before the report: first
+    assert done.returncode == 3 and report != text, text
+    assert report.startswith("loop auditor: 1 finding(s) in train.py") and report.endswith("\n")
+    assert len(report.splitlines()) == 2  # the header and the finding
+    assert [data for to, data in writes if to == fd] == [report.encode()]
+
+
+SCRIPT_WITH_OPTIONS = """
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+epochs = parser.parse_args().epochs
+model = torch.nn.Linear(3, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(epochs):
+    optimizer.zero_grad()
+    model(torch.ones(2, 3)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_script_that_stops_before_any_step_gets_no_report(tmp_path):
+    """Its --help (argparse's exit) or a wrong argument: its own output stands alone. Run to
+    its end without a step, a one-line note says so (its training may be in processes it
+    started, which are not audited)."""
+    (tmp_path / "options.py").write_text(SCRIPT_WITH_OPTIONS)
+    done = audit_in_process("options.py", "--help", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith("usage: options.py [-h] [--epochs EPOCHS]")
+    done = audit_in_process("options.py", "--epochs", "x", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.endswith("invalid int value: 'x'\n"), done.stderr
+    done = audit_in_process("options.py", "--epochs", "0", cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stderr == (
+        "loop auditor: nothing to audit: options.py took no optimizer step in this process.\n"
+    )
+    done = audit_in_process("options.py", "--epochs", "1", cwd=tmp_path)
+    assert done.stderr == "loop auditor: no findings in options.py (1 optimizer, 1 step).\n"
 
 
 def test_the_course_name_for_the_command_also_leaves_the_scripts_helpers_alone(tmp_path):
@@ -167,17 +236,27 @@ def test_an_error_in_the_script_shows_its_traceback_then_the_findings(tmp_path):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["missing.py"], "no such script: missing.py"),
-        (["--accumulation-steps", "0", "train.py"], "must be 1 or more, got 0"),
-        (["--accumulation-steps", "two", "train.py"], "must be a whole number"),
-        (["--allow", "zero-grad", "train.py"], "invalid choice: 'zero-grad'"),
-        ([], "the following arguments are required: script"),
+        (["missing.py"], "no such script: missing.py\n"),
+        (
+            ["--accumulation-steps", "0", "train.py"],
+            "argument --accumulation-steps: must be 1 or more, got 0\n",
+        ),
+        (
+            ["--accumulation-steps", "two", "train.py"],
+            "argument --accumulation-steps: must be a whole number, got 'two'\n",
+        ),
+        (
+            ["--allow", "zero-grad", "train.py"],
+            "argument --allow: invalid choice: 'zero-grad' (choose from",
+        ),
+        ([], "the following arguments are required: script\n"),
+        (["--exit-zero"], "the following arguments are required: script\n"),
     ],
 )
 def test_bad_arguments_get_a_clear_error_and_status_2(tmp_path, args, says):
     script(tmp_path)
     done = audit_in_process(*args, cwd=tmp_path)
-    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert done.returncode == 2 and f"error: {says}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -188,7 +267,6 @@ def test_allow_silences_a_declared_code(tmp_path):
 
 
 DDP_TRAIN = """
-import os
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -208,7 +286,8 @@ for window in range(2):
         else:
             (nn.functional.mse_loss(model(x), y) / 4).backward()
     optimizer.step()
-    optimizer.zero_grad()
+    if dist.get_rank() == 0:  # rank 1 forgets to zero its gradients: it alone has a finding
+        optimizer.zero_grad()
 dist.barrier()  # makes gloo's teardown abort (below) rarer; it does not remove it
 dist.destroy_process_group()
 """
@@ -220,21 +299,26 @@ dist.destroy_process_group()
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
-def test_under_torchrun_each_rank_is_audited(tmp_path):
+def test_under_torchrun_each_rank_reports_whole_and_exit_zero_keeps_the_run_going(tmp_path):
+    """Without --exit-zero, rank 1's status 3 makes torchrun fail and stop rank 0, perhaps
+    before its report (not run here: one torchrun run costs seconds)."""
     (tmp_path / "ddp.py").write_text(DDP_TRAIN)
     for _ in range(4):
         done = run(
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-            "--standalone", "-m", "loop_auditor", "--accumulation-steps", "4", "ddp.py",
-            cwd=tmp_path,
+            "--standalone", "-m", "loop_auditor", "--accumulation-steps", "4", "--exit-zero",
+            "ddp.py", cwd=tmp_path,
         )  # fmt: skip
         if done.returncode == 0 or TEARDOWN_ABORT not in done.stderr:
             break
     assert done.returncode == 0, done.stderr
-    for rank in (0, 1):
-        assert f"loop auditor (rank {rank}): no findings in ddp.py (1 optimizer, 2 steps)." in (
-            done.stderr
-        )
+    lines = done.stderr.splitlines()
+    # rank 0 zeroes its gradients: its no_sync windows of 4 are clean
+    assert "loop auditor (rank 0): no findings in ddp.py (1 optimizer, 2 steps)." in lines
+    # rank 1 does not: its report, a header and its finding, on two lines next to each other
+    header = lines.index("loop auditor (rank 1): 1 finding(s) in ddp.py (1 optimizer, 2 steps):")
+    assert lines[header + 1].startswith("  missing-zero-grad ("), done.stderr
+    assert lines[header + 1].endswith("Call optimizer.zero_grad() after every step()."), lines
 
 
 def test_the_overhead_measurement_runs_on_a_model_of_over_100_parameter_tensors(capsys):
