@@ -127,7 +127,7 @@ def test_a_buggy_script_gets_its_findings_and_status_3(tmp_path):
     assert done.returncode == 3, done.stderr
     assert done.stdout.startswith("trained")
     assert "1 finding(s)" in done.stderr
-    assert "missing-zero-grad (optimizer 1 (SGD), step 2) [3 times]" in done.stderr
+    assert "missing-zero-grad (optimizer, step 2) [3 times]" in done.stderr  # its variable
 
 
 def test_the_course_name_for_the_command_also_leaves_the_scripts_helpers_alone(tmp_path):

@@ -890,6 +890,42 @@ def test_schedulers_with_a_step_of_their_own_are_counted_once(make, per_micro_ba
     assert audit.codes == codes, str(audit)
 
 
+def make_sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.opt_d: torch.optim.Optimizer = torch.optim.Adam(model.parameters())
+
+
+def test_a_session_names_optimizers_built_in_a_method_or_returned_by_a_function():
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    with AuditSession() as session:
+        Trainer(model)
+        opt_g = make_sgd(model)  # noqa: F841
+    assert [a.label for a in session.auditors] == ["self.opt_d", "opt_g"]
+
+
+def test_a_session_names_optimizers_it_cannot_name_by_order_and_class():
+    """Optimizers built in a list comprehension have no variable of their own, nor has code
+    without a source file; the same name given twice (rebuilt each epoch) gets its count."""
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    with AuditSession() as session:
+        [torch.optim.SGD(layer.parameters(), lr=0.1) for layer in (model[0], model[2])]
+        exec("unseen = torch.optim.SGD(model.parameters())", {"torch": torch, "model": model})
+        for _ in range(2):
+            optimizer = torch.optim.Adam(model.parameters())  # noqa: F841
+    assert [a.label for a in session.auditors] == [
+        "optimizer 1 (SGD)", "optimizer 2 (SGD)", "optimizer 3 (SGD)", "optimizer",
+        "optimizer #2",
+    ]  # fmt: skip
+
+
 def test_a_scaled_loss_divided_afterwards_is_still_known_as_scaled():
     """(scaler.scale(loss) / k).backward(): clipping before unscale_ is caught, and the
     auditor was not told about the scaler."""
