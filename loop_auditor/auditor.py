@@ -397,6 +397,7 @@ class LoopAuditor:
         if closure is None:  # step(None), as Accelerate calls it, is a plain step
             self._pending = self._check_window(step)
             return None
+        closure_of = type(self.optimizer).__name__
         # A closure (LBFGS, Lightning) runs forward and backward inside step(), maybe several
         # times: check the window after each call, on what that call's backward produced.
         self._closure_calls = 0
@@ -405,7 +406,7 @@ class LoopAuditor:
         def audited_closure(*a, **kw):
             result = closure(*a, **kw)
             self._closure_calls += 1
-            kept, size = self._check_window(step)
+            kept, size = self._check_window(step, closure=closure_of)
             if self._closure_calls == 1:
                 self._closure_size = size
             self._consume(kept)
@@ -453,25 +454,26 @@ class LoopAuditor:
         all_none = all(p.grad is None for p in self._params)
         return kept, lost, all_none
 
-    def _check_window(self, step: int) -> tuple[list[int], int]:
-        """The step checks; returns the passes the step uses and the window's size."""
+    def _check_window(self, step: int, closure: str = "") -> tuple[list[int], int]:
+        """The step checks; returns the passes the step uses and the window's size.
+        ``closure``: the optimizer's class, when this checks what a call of its closure did."""
         kept, lost, all_none = self._window_state()
         k = self.accumulation_steps
         stale = sum(r.stale for r in self._grads.values())
         manual = any(r.manual for r in self._grads.values())
         if self._window or manual:
-            self._report(rules.missing_zero_grad(step, stale, len(self._params), k))
+            self._report(rules.missing_zero_grad(step, stale, len(self._params), k, closure))
         size = sum(not self._used_elsewhere(b) for b in kept)  # another network's: not ours
         if lost and not kept and not manual:
-            self._report(rules.reset_after_last_backward(step, all_none))
+            self._report(rules.reset_after_last_backward(step, all_none, closure))
             size += len(lost)
         elif lost:
-            finding = rules.discarded_passes(step, lost, kept, k)
+            finding = rules.discarded_passes(step, lost, kept, k, closure)
             self._report(finding)
             if finding.code == "zero-grad-before-step":
                 size += len(lost)
         elif not self._window and not manual:
-            self._report(rules.step_without_grad(step, all_none, reused=stale > 0))
+            self._report(rules.step_without_grad(step, all_none, stale > 0, closure))
         self._check_leak(step, kept)
         return kept, size
 

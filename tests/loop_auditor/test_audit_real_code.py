@@ -668,38 +668,54 @@ def test_ddp_no_sync_accumulation_reports_nothing_and_reads_nothing(
 
 
 # ------------------------------------------------------------------------ LBFGS
-def lbfgs_loop(zero=True, backward=True):
+def lbfgs_loop(zero="first", backward=True):
     """pytorch/examples time_sequence_prediction/train.py: optimizer.step(closure) with a
-    closure that zeroes, computes the loss and backpropagates; LBFGS calls it several times."""
+    closure that zeroes, computes the loss and backpropagates; LBFGS calls it several times.
+    ``zero``: where optimizer.zero_grad() is, "first" in the closure (the example's place),
+    "after backward" in it, "before step" outside it, or None nowhere."""
     model = mlp()
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)
     x, y = data(n=1)[0]
 
     def closure():
-        if zero:
+        if zero == "first":
             optimizer.zero_grad()
         loss = F.mse_loss(model(x), y)
         if backward:
             loss.backward()
+        if zero == "after backward":
+            optimizer.zero_grad()
         return loss
 
     with LoopAuditor(model, optimizer) as audit:
         for _ in range(3):
+            if zero == "before step":
+                optimizer.zero_grad()
             optimizer.step(closure)
     return audit
 
 
+IN_CLOSURE = "call optimizer.zero_grad() inside the closure, before loss.backward()"
+
+
 @pytest.mark.parametrize(
-    ("options", "codes"),
+    ("options", "code", "says"),
     [
-        ({}, []),
-        ({"zero": False}, ["missing-zero-grad"]),
-        ({"backward": False}, ["step-without-grad"]),
+        ({}, None, None),
+        # LBFGS calls the closure up to max_iter times in one step(): zeroing once per step()
+        # is not enough, the fix is inside the closure
+        ({"zero": None}, "missing-zero-grad", IN_CLOSURE),
+        ({"zero": "before step"}, "missing-zero-grad", IN_CLOSURE),
+        ({"zero": "after backward"}, "zero-grad-before-step", "at the start of the closure"),
+        ({"backward": False}, "step-without-grad", "loss.backward() inside the closure"),
     ],
 )
-def test_lbfgs_closure_is_audited_on_what_each_call_produced(options, codes):
+def test_lbfgs_closure_is_audited_on_what_each_call_produced(options, code, says):
     audit = lbfgs_loop(**options)
-    assert audit.codes == codes, str(audit)
+    assert audit.codes == ([code] if code else []), str(audit)
+    if code:
+        assert says in audit.findings[0].message
+        assert "after every step()" not in audit.findings[0].message
 
 
 # ------------------------------------------------------- scale after accumulating

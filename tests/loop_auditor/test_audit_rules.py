@@ -76,6 +76,37 @@ def test_missing_zero_grad_counts_the_stale_parameters():
     assert "3 of 10 parameters" in finding.message and "zero_grad() after every step" in (
         finding.message
     )
+    assert "(accumulation_steps=4)" in finding.message
+
+
+def test_missing_zero_grad_in_a_closure_is_fixed_inside_the_closure():
+    finding = rules.missing_zero_grad(2, 3, 10, 1, closure="LBFGS")
+    assert "LBFGS may call the closure several times in one step()" in finding.message
+    assert finding.message.endswith(
+        "call optimizer.zero_grad() inside the closure, before loss.backward()."
+    )
+    assert "after every step" not in finding.message
+
+
+@pytest.mark.parametrize(
+    "finding",
+    [
+        rules.missing_zero_grad(2, 3, 10, 1),
+        rules.discarded_passes(3, lost=[10], kept=[11], k=1),
+    ],
+)
+def test_no_accumulation_count_is_quoted_without_accumulation(finding):
+    """accumulation_steps=1 (not given, or no accumulation) is not the window a GAN's
+    discriminator steps on (2 backward passes): the message does not quote it."""
+    assert "accumulation_steps" not in finding.message.split("If this is intended")[0]
+
+
+def test_a_zero_grad_between_losses_without_accumulation_is_named_so():
+    finding = rules.discarded_passes(3, lost=[10], kept=[11], k=1)
+    assert "a zero_grad() between the losses of one step" in finding.message
+    assert "Zero the gradients once per step, right after step()." in finding.message
+    finding = rules.discarded_passes(3, lost=[10], kept=[11], k=4)
+    assert "inside the accumulation window (accumulation_steps=4)" in finding.message
 
 
 @pytest.mark.parametrize(
