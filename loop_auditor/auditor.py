@@ -27,6 +27,7 @@ from torch import nn
 
 from loop_auditor import patches, rules
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.names import bound_name
 from loop_auditor.unwrap import accumulation_steps_of, unwrap_optimizer, unwrap_scheduler
 
 _CONSUMED: dict[int, list[tuple[object, int]]] = {}  # pass id -> (auditor, step id) that used it
@@ -160,6 +161,8 @@ class LoopAuditor:
         self._clip_pending = False
         self._scheduler_steps = 0
         self._scheduler_mark = 0
+        self._scheduler_names: dict[int, str] = {}  # how the loop calls each scheduler's step()
+        self._schedulers_since_mark: dict[int, None] = {}
         self._graphs: list[tuple[int, weakref.ref]] = []
         self._outside: dict[int, tuple[str, torch.Tensor, int | None]] = {}
 
@@ -374,6 +377,23 @@ class LoopAuditor:
     def _on_scheduler_step(self, scheduler) -> None:
         if self._ours(getattr(scheduler, "optimizer", None)):
             self._scheduler_steps += 1
+            if id(scheduler) not in self._scheduler_names:  # found once per scheduler
+                name, cls = bound_name(scheduler), type(scheduler).__name__
+                self._scheduler_names[id(scheduler)] = (
+                    f"{name}.step() ({cls})" if name else f"{cls}.step()"
+                )
+            self._schedulers_since_mark[id(scheduler)] = None
+
+    def _check_scheduler(self, step: int | None) -> None:
+        """The scheduler steps since the last optimizer step (``step`` None: at the end)."""
+        names = " and ".join(self._scheduler_names[i] for i in self._schedulers_since_mark)
+        extra = self._scheduler_steps - self._scheduler_mark
+        self._report(rules.scheduler_per_micro_batch(step, extra, names or "scheduler.step()"))
+        self._mark_scheduler()
+
+    def _mark_scheduler(self) -> None:
+        self._scheduler_mark = self._scheduler_steps
+        self._schedulers_since_mark = {}
 
     def _on_clip(self, parameters, function: str) -> None:
         ours = [p for p in parameters if id(p) in self._grads]
@@ -434,10 +454,7 @@ class LoopAuditor:
         self._end_window()
 
     def _check_before_step(self, step: int) -> None:
-        self._report(
-            rules.scheduler_per_micro_batch(step, self._scheduler_steps - self._scheduler_mark)
-        )
-        self._scheduler_mark = self._scheduler_steps
+        self._check_scheduler(step)
         self._check_graphs(older_than=self.steps - 1, step=step)
         self._report_outside_parameters(step)
 
@@ -514,7 +531,7 @@ class LoopAuditor:
         self._window.clear()
         self._clip_pending = False
         self._scaled_by = None
-        self._scheduler_mark = self._scheduler_steps
+        self._mark_scheduler()
         self._window_allows = set().union(*self._scoped)
 
     # ---------------------------------------------------------------- graphs
@@ -532,9 +549,7 @@ class LoopAuditor:
 
     # ------------------------------------------------------------ the end
     def _finish(self, aborted: bool = False) -> None:
-        self._report(
-            rules.scheduler_per_micro_batch(None, self._scheduler_steps - self._scheduler_mark)
-        )
+        self._check_scheduler(None)
         self._check_graphs(older_than=self.steps - 1, step=None)
         self._report_outside_parameters(None)
         kept, lost, _ = self._window_state()

@@ -241,15 +241,22 @@ def window_length(
     return None
 
 
-def scheduler_per_micro_batch(step: int | None, extra: int) -> Finding | None:
+def scheduler_per_micro_batch(
+    step: int | None, extra: int, scheduler: str = "scheduler.step()"
+) -> Finding | None:
+    """The scheduler(s) stepped ``extra`` times between two optimizer steps; ``scheduler``
+    names their step() calls."""
     if extra <= 1:
         return None
     before = f"step {step}" if step else "the end"
     return Finding(
         "scheduler-per-micro-batch",
-        f"scheduler.step() ran {extra} times between two optimizer steps (before {before}): "
-        f"the learning-rate schedule runs {extra} times too fast. Call scheduler.step() "
-        f"once, right after optimizer.step().",
+        f"{scheduler} ran {extra} times between two optimizer steps (before {before}), so the "
+        f"learning rate moved {extra} times for one optimizer step. Step it where its "
+        f"schedule counts: once per epoch, after the epoch's loop, if it is defined in epochs "
+        f"(StepLR(step_size=1) stepped each epoch, CosineAnnealingLR(T_max=epochs)); once, "
+        f"right after each optimizer.step(), if it is defined in optimizer steps (warmup, "
+        f"OneCycleLR).",
         step,
     )
 

@@ -906,6 +906,61 @@ def test_schedulers_with_a_step_of_their_own_are_counted_once(make, per_micro_ba
     assert audit.codes == codes, str(audit)
 
 
+def mnist_with_accumulation(model, optimizer, scheduler, k=4, epochs=2, per_epoch=True):
+    """pytorch/examples mnist/main.py: scheduler = StepLR(optimizer, step_size=1,
+    gamma=args.gamma), stepped once per epoch after train(); here train() accumulates k
+    micro-batches per optimizer step. ``per_epoch`` False: scheduler.step() moved into the
+    micro-batch loop."""
+    for _ in range(epochs):
+        for batch_idx, (x, y) in enumerate(data(n=12)):
+            (F.mse_loss(model(x), y) / k).backward()
+            if (batch_idx + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            if not per_epoch:
+                scheduler.step()
+        if per_epoch:
+            scheduler.step()
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
+@pytest.mark.parametrize("per_epoch", [True, False])
+def test_a_per_epoch_step_lr_moved_into_the_micro_batch_loop_is_told_both_places(per_epoch):
+    """The learning rate decays 12 times per epoch instead of once: "once, right after
+    optimizer.step()" alone would still decay it 3 times per epoch."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    with LoopAuditor(model, optimizer, accumulation_steps=4) as audit:
+        mnist_with_accumulation(model, optimizer, scheduler, per_epoch=per_epoch)
+    if per_epoch:
+        assert audit.findings == [], str(audit)
+        return
+    (finding,) = audit.findings
+    assert finding.code == "scheduler-per-micro-batch" and finding.step == 1
+    assert finding.message.startswith("scheduler.step() (StepLR) ran 3 times"), finding.message
+    assert "once per epoch, after the epoch's loop, if it is defined in epochs" in finding.message
+    assert "right after each optimizer.step(), if it is defined in optimizer steps" in (
+        finding.message
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
+def test_a_session_names_the_scheduler_and_the_optimizer_the_script_holds():
+    """An optimizer built before the session is adopted at its first step, named by the
+    variable that holds it; a scheduler by the variable whose step() the loop calls."""
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lr_schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    with AuditSession(accumulation_steps=4) as session:
+        mnist_with_accumulation(model, opt, lr_schedule, per_epoch=False)
+    (finding,) = session.findings
+    assert finding.optimizer == "optimizer" and finding.step == 2  # its first window unseen
+    assert finding.message.startswith("scheduler.step() (StepLR) ran 4 times"), str(finding)
+
+
 def make_sgd(model):
     return torch.optim.SGD(model.parameters(), lr=0.1)
 

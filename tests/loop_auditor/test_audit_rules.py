@@ -130,6 +130,9 @@ def test_cross_network_leak_names_the_other_network_and_both_fixes():
 def test_the_remaining_rules_fire_only_past_their_threshold():
     assert rules.scheduler_per_micro_batch(3, 1) is None
     assert "4 times" in rules.scheduler_per_micro_batch(3, 4).message
+    named = rules.scheduler_per_micro_batch(3, 4, "scheduler.step() (StepLR)").message
+    assert named.startswith("scheduler.step() (StepLR) ran 4 times")
+    assert "once per epoch" in named and "right after each optimizer.step()" in named
     assert rules.graph_kept_alive(5, [0, 1]) is None
     assert rules.graph_kept_alive(5, [0, 1, 2]).code == "graph-kept-alive"
     assert rules.params_not_in_optimizer(1, []) is None
