@@ -31,6 +31,7 @@ from loop_auditor.names import bound_name
 from loop_auditor.unwrap import accumulation_steps_of, unwrap_optimizer, unwrap_scheduler
 
 _CONSUMED: dict[int, list[tuple[object, int]]] = {}  # pass id -> (auditor, step id) that used it
+_REACHED: dict[int, list[object]] = {}  # pass id -> the auditors it reached, in the order it did
 
 
 class _Grad:
@@ -249,6 +250,7 @@ class LoopAuditor:
             patches.deactivate(self)
             if not patches.ACTIVE:  # siblings still finishing need what this one stepped on
                 _CONSUMED.clear()
+                _REACHED.clear()
             self._inside = False
 
     # ------------------------------------------------------ what .grad holds
@@ -310,6 +312,10 @@ class LoopAuditor:
                 self._clip_pending = False
             self._window[pass_id] = None
             self.backward_passes += 1
+            _REACHED.setdefault(pass_id, []).append(self)
+            if len(_REACHED) > 4096:
+                for old in list(_REACHED)[:2048]:
+                    del _REACHED[old]
             if self._pass_scaler is not None:
                 self._scaled_by = self._pass_scaler
         record = self._grads[id(p)]
@@ -502,12 +508,19 @@ class LoopAuditor:
         return patches.other_stepped_after(pass_id, self.optimizer)
 
     def _check_leak(self, step: int, kept: list[int]) -> None:
-        """A pass another optimizer stepped on, used here with passes from after that step."""
+        """A pass another optimizer stepped on, used here with passes from after that step.
+        Which of the two networks that pass reached first says which fix applies."""
         for pass_id in kept:
             for user, stepped_at in _CONSUMED.get(pass_id, ()):
                 if user is not self and any(b > stepped_at for b in kept):
                     leaked = sum(1 for b in kept if any(u is user for u, _ in _CONSUMED.get(b, ())))
-                    self._report(rules.cross_network_leak(step, leaked, user._name()))
+                    order = [id(a) for a in _REACHED.get(pass_id, ())]
+                    first = (
+                        order.index(id(self)) < order.index(id(user))
+                        if id(self) in order and id(user) in order
+                        else None
+                    )
+                    self._report(rules.cross_network_leak(step, leaked, user._name(), first))
                     return
 
     def _name(self) -> str:

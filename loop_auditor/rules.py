@@ -143,9 +143,37 @@ def step_without_grad(
     )
 
 
-def cross_network_leak(step: int, passes: int, other: str) -> Finding:
+def cross_network_leak(
+    step: int, passes: int, other: str, reached_first: bool | None = None
+) -> Finding:
     """This optimizer's step used ``passes`` backward pass(es) that ``other`` had already
-    stepped on, together with passes that came after that step."""
+    stepped on, together with passes that came after that step. ``reached_first``: whether
+    those passes reached this optimizer's parameters before ``other``'s (this network lies
+    between that loss and the other network: G's loss through D), or after them (the other
+    network's loss flowed back through this one's output: D's loss into G); None: unknown."""
+    if reached_first:
+        return Finding(
+            "cross-network-leak",
+            f"step {step} used the gradients of {passes} backward pass(es) that {other} had "
+            f"already stepped on: that loss ran through this network on its way to the other "
+            f"network, and what it left in this network's .grad was added to this network's "
+            f"own loss (a GAN generator's loss left in the discriminator's .grad). Zero this "
+            f"optimizer's gradients right before its own first backward(), not right after its "
+            f"step(): that loss's backward() comes in between. Or requires_grad_(False) on "
+            f"this network while that loss backpropagates.",
+            step,
+        )
+    if reached_first is False:
+        return Finding(
+            "cross-network-leak",
+            f"step {step} used the gradients of {passes} backward pass(es) that {other} had "
+            f"already stepped on: that loss flowed back through this network's output into "
+            f"its parameters and was added to its own loss (a GAN discriminator's loss reaching "
+            f"the generator through G(z)). Detach this network's output where that loss uses "
+            f"it (D(fake.detach())), or zero this optimizer's gradients right before its own "
+            f"backward().",
+            step,
+        )
     return Finding(
         "cross-network-leak",
         f"step {step} used the gradients of {passes} backward pass(es) that also reached "

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from torch import nn
+from torch import nn, optim
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
@@ -408,7 +408,10 @@ def gan(seed=0):
     return G, D
 
 
-def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=False, iters=6):
+def dcgan(
+    G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=False, iters=6,
+    g_zero=True, d_zero_between=False,
+):  # fmt: skip
     """pytorch/examples dcgan/main.py: netD.zero_grad(); errD_real.backward();
     fake = netG(noise); errD_fake on netD(fake.detach()); optimizerD.step(); netG.zero_grad();
     errG on netD(fake); errG.backward(); optimizerG.step(). errG's backward also writes into
@@ -420,6 +423,8 @@ def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=Fals
         if not d_zero_after:
             D.zero_grad()
         criterion(D(real), torch.ones(4, 1)).backward()
+        if d_zero_between:
+            D.zero_grad()
         fake = G(noise)
         criterion(D(fake.detach() if detach else fake), torch.zeros(4, 1)).backward(
             retain_graph=not detach
@@ -427,7 +432,7 @@ def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=Fals
         opt_d.step()
         if d_zero_after:
             D.zero_grad()
-        if not g_zero_after:
+        if g_zero and not g_zero_after:
             G.zero_grad()
         criterion(D(fake), torch.ones(4, 1)).backward()
         opt_g.step()
@@ -435,23 +440,64 @@ def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=Fals
             G.zero_grad()
 
 
+DETACH = "Detach this network's output where that loss uses it (D(fake.detach()))"
+ZERO_FIRST = (
+    "Zero this optimizer's gradients right before its own first backward(), not right after "
+    "its step(): that loss's backward() comes in between. Or requires_grad_(False) on this "
+    "network"
+)
+
+
 @pytest.mark.parametrize(
-    ("options", "g_codes", "d_codes"),
+    ("options", "g_codes", "d_codes", "fix"),
     [
-        ({}, [], []),
-        ({"detach": False}, [], []),  # D's loss reaches G, and G zeroes it before its own
-        ({"detach": False, "g_zero_after": True}, ["cross-network-leak"], []),
-        ({"d_zero_after": True}, [], ["cross-network-leak"]),  # G's loss stays in D's .grad
+        ({}, [], [], None),
+        ({"detach": False}, [], [], None),  # D's loss reaches G, and G zeroes it before its own
+        # D's loss flows back into G through fake: detaching it is the fix
+        ({"detach": False, "g_zero_after": True}, ["cross-network-leak"], [], DETACH),
+        # netD.zero_grad() moved after optimizerD.step(), fake.detach() kept: G's loss, which
+        # must go through D, stays in D's .grad; only zeroing before D's backward fixes it
+        ({"d_zero_after": True}, [], ["cross-network-leak"], ZERO_FIRST),
     ],
 )
-def test_dcgan(options, g_codes, d_codes):
+def test_dcgan(options, g_codes, d_codes, fix):
     G, D = gan()
     opt_g, opt_d = (torch.optim.Adam(n.parameters(), lr=2e-4) for n in (G, D))
     with LoopAuditor(G, opt_g) as audit_g, LoopAuditor(D, opt_d) as audit_d:
         dcgan(G, D, opt_g, opt_d, **options)
     assert (audit_g.codes, audit_d.codes) == (g_codes, d_codes), f"{audit_g}\n{audit_d}"
     for finding in audit_g.findings + audit_d.findings:
-        assert "detach()" in finding.message and "requires_grad_(False)" in finding.message
+        assert fix in finding.message
+        # the fix that applies comes first, and a detach() the loop already has is not offered
+        assert ("detach()" in finding.message) is (fix == DETACH), finding.message
+
+
+@pytest.mark.parametrize(
+    ("options", "label", "code", "says"),
+    [
+        ({"d_zero_after": True}, "optimizerD", "cross-network-leak", "optimizerG had already"),
+        ({"g_zero": False}, "optimizerG", "missing-zero-grad", "after every step()"),
+        ({"d_zero_between": True}, "optimizerD", "zero-grad-before-step", "between the losses"),
+    ],
+)
+def test_dcgan_script_under_a_session_names_its_optimizers_and_no_accumulation(
+    options, label, code, says
+):
+    """pytorch/examples dcgan/main.py run by the command: its optimizers are named as the
+    script names them, and with no accumulation_steps given (D's windows have 2 backward
+    passes), no finding quotes an accumulation count."""
+    from loop_auditor.session import AuditSession
+
+    netG, netD = gan()
+    with AuditSession() as session:
+        optimizerD = optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        optimizerG = optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        dcgan(netG, netD, optimizerG, optimizerD, **options)
+    assert [a.label for a in session.auditors] == ["optimizerD", "optimizerG"]
+    (finding,) = session.findings
+    assert (finding.code, finding.optimizer) == (code, label), str(session)
+    assert str(finding).startswith(f"{code} ({label}, step ") and says in finding.message
+    assert "accumulation_steps" not in finding.message
 
 
 def gradient_penalty(D, real, fake):

@@ -127,6 +127,18 @@ def test_cross_network_leak_names_the_other_network_and_both_fixes():
     assert "detach()" in finding.message and "requires_grad_(False)" in finding.message
 
 
+def test_cross_network_leak_leads_with_the_fix_for_where_the_loss_went():
+    # the other's loss reached this network first, on its way to the other (G's loss in D)
+    through = rules.cross_network_leak(3, 1, "optimizerG", reached_first=True).message
+    assert "that optimizerG had already stepped on" in through
+    assert "Zero this optimizer's gradients right before its own first backward()" in through
+    assert "detach" not in through
+    # the other's loss flowed back into this network through its output (D's loss in G)
+    back = rules.cross_network_leak(3, 1, "optimizerD", reached_first=False).message
+    assert "Detach this network's output where that loss uses it (D(fake.detach()))" in back
+    assert back.index("Detach") < back.index("zero this optimizer's gradients")
+
+
 def test_the_remaining_rules_fire_only_past_their_threshold():
     assert rules.scheduler_per_micro_batch(3, 1) is None
     assert "4 times" in rules.scheduler_per_micro_batch(3, 4).message
