@@ -27,9 +27,11 @@ from torch import nn
 
 from loop_auditor import patches, rules
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.names import bound_name
 from loop_auditor.unwrap import accumulation_steps_of, unwrap_optimizer, unwrap_scheduler
 
 _CONSUMED: dict[int, list[tuple[object, int]]] = {}  # pass id -> (auditor, step id) that used it
+_REACHED: dict[int, list[object]] = {}  # pass id -> the auditors it reached, in the order it did
 
 
 class _Grad:
@@ -160,6 +162,8 @@ class LoopAuditor:
         self._clip_pending = False
         self._scheduler_steps = 0
         self._scheduler_mark = 0
+        self._scheduler_names: dict[int, str] = {}  # how the loop calls each scheduler's step()
+        self._schedulers_since_mark: dict[int, None] = {}
         self._graphs: list[tuple[int, weakref.ref]] = []
         self._outside: dict[int, tuple[str, torch.Tensor, int | None]] = {}
 
@@ -246,6 +250,7 @@ class LoopAuditor:
             patches.deactivate(self)
             if not patches.ACTIVE:  # siblings still finishing need what this one stepped on
                 _CONSUMED.clear()
+                _REACHED.clear()
             self._inside = False
 
     # ------------------------------------------------------ what .grad holds
@@ -307,6 +312,10 @@ class LoopAuditor:
                 self._clip_pending = False
             self._window[pass_id] = None
             self.backward_passes += 1
+            _REACHED.setdefault(pass_id, []).append(self)
+            if len(_REACHED) > 4096:
+                for old in list(_REACHED)[:2048]:
+                    del _REACHED[old]
             if self._pass_scaler is not None:
                 self._scaled_by = self._pass_scaler
         record = self._grads[id(p)]
@@ -374,6 +383,23 @@ class LoopAuditor:
     def _on_scheduler_step(self, scheduler) -> None:
         if self._ours(getattr(scheduler, "optimizer", None)):
             self._scheduler_steps += 1
+            if id(scheduler) not in self._scheduler_names:  # found once per scheduler
+                name, cls = bound_name(scheduler), type(scheduler).__name__
+                self._scheduler_names[id(scheduler)] = (
+                    f"{name}.step() ({cls})" if name else f"{cls}.step()"
+                )
+            self._schedulers_since_mark[id(scheduler)] = None
+
+    def _check_scheduler(self, step: int | None) -> None:
+        """The scheduler steps since the last optimizer step (``step`` None: at the end)."""
+        names = " and ".join(self._scheduler_names[i] for i in self._schedulers_since_mark)
+        extra = self._scheduler_steps - self._scheduler_mark
+        self._report(rules.scheduler_per_micro_batch(step, extra, names or "scheduler.step()"))
+        self._mark_scheduler()
+
+    def _mark_scheduler(self) -> None:
+        self._scheduler_mark = self._scheduler_steps
+        self._schedulers_since_mark = {}
 
     def _on_clip(self, parameters, function: str) -> None:
         ours = [p for p in parameters if id(p) in self._grads]
@@ -397,6 +423,7 @@ class LoopAuditor:
         if closure is None:  # step(None), as Accelerate calls it, is a plain step
             self._pending = self._check_window(step)
             return None
+        closure_of = type(self.optimizer).__name__
         # A closure (LBFGS, Lightning) runs forward and backward inside step(), maybe several
         # times: check the window after each call, on what that call's backward produced.
         self._closure_calls = 0
@@ -405,7 +432,7 @@ class LoopAuditor:
         def audited_closure(*a, **kw):
             result = closure(*a, **kw)
             self._closure_calls += 1
-            kept, size = self._check_window(step)
+            kept, size = self._check_window(step, closure=closure_of)
             if self._closure_calls == 1:
                 self._closure_size = size
             self._consume(kept)
@@ -433,10 +460,7 @@ class LoopAuditor:
         self._end_window()
 
     def _check_before_step(self, step: int) -> None:
-        self._report(
-            rules.scheduler_per_micro_batch(step, self._scheduler_steps - self._scheduler_mark)
-        )
-        self._scheduler_mark = self._scheduler_steps
+        self._check_scheduler(step)
         self._check_graphs(older_than=self.steps - 1, step=step)
         self._report_outside_parameters(step)
 
@@ -453,25 +477,26 @@ class LoopAuditor:
         all_none = all(p.grad is None for p in self._params)
         return kept, lost, all_none
 
-    def _check_window(self, step: int) -> tuple[list[int], int]:
-        """The step checks; returns the passes the step uses and the window's size."""
+    def _check_window(self, step: int, closure: str = "") -> tuple[list[int], int]:
+        """The step checks; returns the passes the step uses and the window's size.
+        ``closure``: the optimizer's class, when this checks what a call of its closure did."""
         kept, lost, all_none = self._window_state()
         k = self.accumulation_steps
         stale = sum(r.stale for r in self._grads.values())
         manual = any(r.manual for r in self._grads.values())
         if self._window or manual:
-            self._report(rules.missing_zero_grad(step, stale, len(self._params), k))
+            self._report(rules.missing_zero_grad(step, stale, len(self._params), k, closure))
         size = sum(not self._used_elsewhere(b) for b in kept)  # another network's: not ours
         if lost and not kept and not manual:
-            self._report(rules.reset_after_last_backward(step, all_none))
+            self._report(rules.reset_after_last_backward(step, all_none, closure))
             size += len(lost)
         elif lost:
-            finding = rules.discarded_passes(step, lost, kept, k)
+            finding = rules.discarded_passes(step, lost, kept, k, closure)
             self._report(finding)
             if finding.code == "zero-grad-before-step":
                 size += len(lost)
         elif not self._window and not manual:
-            self._report(rules.step_without_grad(step, all_none, reused=stale > 0))
+            self._report(rules.step_without_grad(step, all_none, stale > 0, closure))
         self._check_leak(step, kept)
         return kept, size
 
@@ -483,12 +508,19 @@ class LoopAuditor:
         return patches.other_stepped_after(pass_id, self.optimizer)
 
     def _check_leak(self, step: int, kept: list[int]) -> None:
-        """A pass another optimizer stepped on, used here with passes from after that step."""
+        """A pass another optimizer stepped on, used here with passes from after that step.
+        Which of the two networks that pass reached first says which fix applies."""
         for pass_id in kept:
             for user, stepped_at in _CONSUMED.get(pass_id, ()):
                 if user is not self and any(b > stepped_at for b in kept):
                     leaked = sum(1 for b in kept if any(u is user for u, _ in _CONSUMED.get(b, ())))
-                    self._report(rules.cross_network_leak(step, leaked, user._name()))
+                    order = [id(a) for a in _REACHED.get(pass_id, ())]
+                    first = (
+                        order.index(id(self)) < order.index(id(user))
+                        if id(self) in order and id(user) in order
+                        else None
+                    )
+                    self._report(rules.cross_network_leak(step, leaked, user._name(), first))
                     return
 
     def _name(self) -> str:
@@ -512,7 +544,7 @@ class LoopAuditor:
         self._window.clear()
         self._clip_pending = False
         self._scaled_by = None
-        self._scheduler_mark = self._scheduler_steps
+        self._mark_scheduler()
         self._window_allows = set().union(*self._scoped)
 
     # ---------------------------------------------------------------- graphs
@@ -530,9 +562,7 @@ class LoopAuditor:
 
     # ------------------------------------------------------------ the end
     def _finish(self, aborted: bool = False) -> None:
-        self._report(
-            rules.scheduler_per_micro_batch(None, self._scheduler_steps - self._scheduler_mark)
-        )
+        self._check_scheduler(None)
         self._check_graphs(older_than=self.steps - 1, step=None)
         self._report_outside_parameters(None)
         kept, lost, _ = self._window_state()

@@ -20,27 +20,54 @@ def _at(step: int | None) -> str:
     return f"step {step}" if step is not None else "the end of the loop"
 
 
-def missing_zero_grad(step: int, stale: int, total: int, k: int) -> Finding | None:
-    """``stale`` of ``total`` parameters still held gradients an earlier step had used."""
+def _window(k: int) -> str:
+    """The accumulation count, named only when there is accumulation (then it was given)."""
+    return f" (accumulation_steps={k})" if k > 1 else ""
+
+
+def missing_zero_grad(
+    step: int, stale: int, total: int, k: int, closure: str = ""
+) -> Finding | None:
+    """``stale`` of ``total`` parameters still held gradients an earlier step had used.
+    ``closure``: the optimizer's class when a call of its step's closure used them."""
     if not stale:
         return None
+    if closure:
+        return Finding(
+            "missing-zero-grad",
+            f"in step {step} a call of the closure used .grad that still held gradients an "
+            f"earlier call or step() had already used ({stale} of {total} parameters), so "
+            f"they were added to this call's. {closure} may call the closure several times in "
+            f"one step(): call optimizer.zero_grad() inside the closure, before "
+            f"loss.backward().",
+            step,
+        )
     return Finding(
         "missing-zero-grad",
         f"step {step} used .grad that still held gradients an earlier step() had already used "
-        f"({stale} of {total} parameters), so it applied old windows again "
-        f"(accumulation_steps={k}). Call optimizer.zero_grad() after every step().",
+        f"({stale} of {total} parameters), so it applied old windows again{_window(k)}. Call "
+        f"optimizer.zero_grad() after every step().",
         step,
     )
 
 
-def reset_after_last_backward(step: int, all_none: bool) -> Finding:
-    """Every gradient the window's backward passes wrote was reset before the step."""
+def reset_after_last_backward(step: int, all_none: bool, closure: str = "") -> Finding:
+    """Every gradient the window's backward passes wrote was reset before the step (or,
+    with ``closure``, before the optimizer used what its closure returned)."""
     effect = (
         "every .grad was None, so step() skipped every parameter"
         if all_none
         else "every .grad was zeros: plain SGD stays put, but weight decay (and momentum or "
         "Adam state from earlier steps) still move the parameters"
     )
+    if closure:
+        return Finding(
+            "zero-grad-before-step",
+            f"the gradients were reset after the closure's backward() and before step {step} "
+            f"used them: {effect}, and that backward() was wasted. Call optimizer.zero_grad() "
+            f"at the start of the closure, before loss.backward().",
+            step,
+        )
     return Finding(
         "zero-grad-before-step",
         f"the gradients were reset after the last backward() and before step {step}: "
@@ -51,12 +78,12 @@ def reset_after_last_backward(step: int, all_none: bool) -> Finding:
 
 
 def discarded_passes(
-    step: int | None, lost: Sequence[int], kept: Sequence[int], k: int
+    step: int | None, lost: Sequence[int], kept: Sequence[int], k: int, closure: str = ""
 ) -> Finding | None:
     """Backward passes (ids in order) whose gradients were reset before a step used them,
     while ``kept`` survived to the step. All lost before all kept, with a full window kept,
     is a short window zeroed away (``leftover-gradients``); otherwise the reset sat inside
-    the window (``zero-grad-before-step``)."""
+    the window (``zero-grad-before-step``); with ``closure``, inside the closure."""
     if not lost:
         return None
     n = len(lost)
@@ -69,20 +96,28 @@ def discarded_passes(
             f"Step once more on the short window, scaled by its real size.",
             step,
         )
+    if closure:
+        where, fix = "inside the closure, between its backward() calls", "at its start"
+    elif k > 1:
+        where = f"inside the accumulation window{_window(k)} or between losses"
+        fix = "per window, right after step()"
+    else:
+        where, fix = "between the losses of one step", "per step, right after step()"
     return Finding(
         "zero-grad-before-step",
         f"the gradients of {n} backward pass(es) were reset before {_at(step)} could use "
-        f"them: a zero_grad() inside the accumulation window (accumulation_steps={k}) or "
-        f"between losses, so that step saw only the last "
-        f"{len(kept) if kept else 'none'} of {n + len(kept)}. Zero the gradients once per "
-        f"window, right after step()." + allow_hint("zero-grad-before-step"),
+        f"them: a zero_grad() {where}, so that step saw only the last "
+        f"{len(kept) if kept else 'none'} of {n + len(kept)}. Zero the gradients once {fix}."
+        + allow_hint("zero-grad-before-step"),
         step,
     )
 
 
-def step_without_grad(step: int, all_none: bool, reused: bool = False) -> Finding:
+def step_without_grad(
+    step: int, all_none: bool, reused: bool = False, closure: str = ""
+) -> Finding:
     """A step with no backward pass since the last one; ``reused`` when .grad still held the
-    gradients the last step had used."""
+    gradients the last step had used; ``closure`` when a call of its closure ran none."""
     if reused:
         effect = (
             "it applied the gradients the previous step had already used a second time (a "
@@ -92,6 +127,13 @@ def step_without_grad(step: int, all_none: bool, reused: bool = False) -> Findin
         effect = "every .grad was None, so nothing was updated"
     else:
         effect = "every .grad was zeros, yet weight decay and momentum still moved the parameters"
+    if closure:
+        return Finding(
+            "step-without-grad",
+            f"in step {step} a call of the closure ran no backward(): {effect}. Call "
+            f"loss.backward() inside the closure, before it returns the loss.",
+            step,
+        )
     return Finding(
         "step-without-grad",
         f"step {step} ran with no backward() since the last step: {effect}. Call "
@@ -101,9 +143,37 @@ def step_without_grad(step: int, all_none: bool, reused: bool = False) -> Findin
     )
 
 
-def cross_network_leak(step: int, passes: int, other: str) -> Finding:
+def cross_network_leak(
+    step: int, passes: int, other: str, reached_first: bool | None = None
+) -> Finding:
     """This optimizer's step used ``passes`` backward pass(es) that ``other`` had already
-    stepped on, together with passes that came after that step."""
+    stepped on, together with passes that came after that step. ``reached_first``: whether
+    those passes reached this optimizer's parameters before ``other``'s (this network lies
+    between that loss and the other network: G's loss through D), or after them (the other
+    network's loss flowed back through this one's output: D's loss into G); None: unknown."""
+    if reached_first:
+        return Finding(
+            "cross-network-leak",
+            f"step {step} used the gradients of {passes} backward pass(es) that {other} had "
+            f"already stepped on: that loss ran through this network on its way to the other "
+            f"network, and what it left in this network's .grad was added to this network's "
+            f"own loss (a GAN generator's loss left in the discriminator's .grad). Zero this "
+            f"optimizer's gradients right before its own first backward(), not right after its "
+            f"step(): that loss's backward() comes in between. Or requires_grad_(False) on "
+            f"this network while that loss backpropagates.",
+            step,
+        )
+    if reached_first is False:
+        return Finding(
+            "cross-network-leak",
+            f"step {step} used the gradients of {passes} backward pass(es) that {other} had "
+            f"already stepped on: that loss flowed back through this network's output into "
+            f"its parameters and was added to its own loss (a GAN discriminator's loss reaching "
+            f"the generator through G(z)). Detach this network's output where that loss uses "
+            f"it (D(fake.detach())), or zero this optimizer's gradients right before its own "
+            f"backward().",
+            step,
+        )
     return Finding(
         "cross-network-leak",
         f"step {step} used the gradients of {passes} backward pass(es) that also reached "
@@ -199,15 +269,22 @@ def window_length(
     return None
 
 
-def scheduler_per_micro_batch(step: int | None, extra: int) -> Finding | None:
+def scheduler_per_micro_batch(
+    step: int | None, extra: int, scheduler: str = "scheduler.step()"
+) -> Finding | None:
+    """The scheduler(s) stepped ``extra`` times between two optimizer steps; ``scheduler``
+    names their step() calls."""
     if extra <= 1:
         return None
     before = f"step {step}" if step else "the end"
     return Finding(
         "scheduler-per-micro-batch",
-        f"scheduler.step() ran {extra} times between two optimizer steps (before {before}): "
-        f"the learning-rate schedule runs {extra} times too fast. Call scheduler.step() "
-        f"once, right after optimizer.step().",
+        f"{scheduler} ran {extra} times between two optimizer steps (before {before}), so the "
+        f"learning rate moved {extra} times for one optimizer step. Step it where its "
+        f"schedule counts: once per epoch, after the epoch's loop, if it is defined in epochs "
+        f"(StepLR(step_size=1) stepped each epoch, CosineAnnealingLR(T_max=epochs)); once, "
+        f"right after each optimizer.step(), if it is defined in optimizer steps (warmup, "
+        f"OneCycleLR).",
         step,
     )
 

@@ -17,15 +17,17 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from loop_auditor.auditor import LoopAuditor
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.names import assigned_name, bound_name
 from loop_auditor.unwrap import unwrap_optimizer
 
 
 class AuditSession:
     """Inside the ``with`` block, every optimizer that is built gets a :class:`LoopAuditor`
-    from its first line on; one built before the block gets one at its first ``step()`` (its
-    first window is then not checked). Each auditor finds its schedulers and GradScalers by
-    itself. ``findings`` gathers them all, each naming its optimizer. The model is not
-    known, so ``params-not-in-optimizer`` is not checked: use :class:`LoopAuditor` for that."""
+        from its first line on; one built before the block gets one at its first ``step()`` (its
+        first window is then not checked). Each auditor finds its schedulers and GradScalers by
+        itself. ``findings`` gathers them all, each naming its optimizer: by the variable the code
+    assigns it to (``optimizerD``), else by order and class ("optimizer 1 (Adam)"). The model is not
+        known, so ``params-not-in-optimizer`` is not checked: use :class:`LoopAuditor` for that."""
 
     def __init__(self, accumulation_steps: int | None = None, allow=()):
         if accumulation_steps is not None and (
@@ -67,11 +69,21 @@ class AuditSession:
         auditor = LoopAuditor(
             None, optimizer, accumulation_steps=self.accumulation_steps, allow=self.allow
         )
-        auditor.label = f"optimizer {len(self.auditors) + 1} ({type(optimizer).__name__})"
+        auditor.label = self._label(optimizer, late)
         auditor.__enter__()
         if late:
             auditor._skip_next_step_checks = True
         self.auditors.append(auditor)
+
+    def _label(self, optimizer: torch.optim.Optimizer, late: bool) -> str:
+        """The script's name for ``optimizer``: the variable its construction is assigned to,
+        or (adopted at its first step) the one the stepping code holds it in; a name given
+        twice (an optimizer rebuilt each epoch) gets its count. Else its order and class."""
+        name = bound_name(optimizer) if late else assigned_name(optimizer)
+        if not name:
+            return f"optimizer {len(self.auditors) + 1} ({type(optimizer).__name__})"
+        same = sum(a.label == name or a.label.startswith(f"{name} #") for a in self.auditors)
+        return f"{name} #{same + 1}" if same else name
 
     def __enter__(self) -> AuditSession:
         if self._hook is not None:

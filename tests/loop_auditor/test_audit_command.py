@@ -129,7 +129,7 @@ def test_a_buggy_script_gets_its_findings_and_status_3(tmp_path):
     assert done.returncode == 3, done.stderr
     assert done.stdout.startswith("trained")
     assert "1 finding(s)" in done.stderr
-    assert "missing-zero-grad (optimizer 1 (SGD), step 2) [3 times]" in done.stderr
+    assert "missing-zero-grad (optimizer, step 2) [3 times]" in done.stderr  # its variable
 
 
 def test_exit_zero_reports_the_findings_and_keeps_only_the_scripts_own_failure(tmp_path):

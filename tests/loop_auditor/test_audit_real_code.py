@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from torch import nn
+from torch import nn, optim
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
@@ -408,7 +408,10 @@ def gan(seed=0):
     return G, D
 
 
-def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=False, iters=6):
+def dcgan(
+    G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=False, iters=6,
+    g_zero=True, d_zero_between=False,
+):  # fmt: skip
     """pytorch/examples dcgan/main.py: netD.zero_grad(); errD_real.backward();
     fake = netG(noise); errD_fake on netD(fake.detach()); optimizerD.step(); netG.zero_grad();
     errG on netD(fake); errG.backward(); optimizerG.step(). errG's backward also writes into
@@ -420,6 +423,8 @@ def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=Fals
         if not d_zero_after:
             D.zero_grad()
         criterion(D(real), torch.ones(4, 1)).backward()
+        if d_zero_between:
+            D.zero_grad()
         fake = G(noise)
         criterion(D(fake.detach() if detach else fake), torch.zeros(4, 1)).backward(
             retain_graph=not detach
@@ -427,7 +432,7 @@ def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=Fals
         opt_d.step()
         if d_zero_after:
             D.zero_grad()
-        if not g_zero_after:
+        if g_zero and not g_zero_after:
             G.zero_grad()
         criterion(D(fake), torch.ones(4, 1)).backward()
         opt_g.step()
@@ -435,23 +440,64 @@ def dcgan(G, D, opt_g, opt_d, detach=True, d_zero_after=False, g_zero_after=Fals
             G.zero_grad()
 
 
+DETACH = "Detach this network's output where that loss uses it (D(fake.detach()))"
+ZERO_FIRST = (
+    "Zero this optimizer's gradients right before its own first backward(), not right after "
+    "its step(): that loss's backward() comes in between. Or requires_grad_(False) on this "
+    "network"
+)
+
+
 @pytest.mark.parametrize(
-    ("options", "g_codes", "d_codes"),
+    ("options", "g_codes", "d_codes", "fix"),
     [
-        ({}, [], []),
-        ({"detach": False}, [], []),  # D's loss reaches G, and G zeroes it before its own
-        ({"detach": False, "g_zero_after": True}, ["cross-network-leak"], []),
-        ({"d_zero_after": True}, [], ["cross-network-leak"]),  # G's loss stays in D's .grad
+        ({}, [], [], None),
+        ({"detach": False}, [], [], None),  # D's loss reaches G, and G zeroes it before its own
+        # D's loss flows back into G through fake: detaching it is the fix
+        ({"detach": False, "g_zero_after": True}, ["cross-network-leak"], [], DETACH),
+        # netD.zero_grad() moved after optimizerD.step(), fake.detach() kept: G's loss, which
+        # must go through D, stays in D's .grad; only zeroing before D's backward fixes it
+        ({"d_zero_after": True}, [], ["cross-network-leak"], ZERO_FIRST),
     ],
 )
-def test_dcgan(options, g_codes, d_codes):
+def test_dcgan(options, g_codes, d_codes, fix):
     G, D = gan()
     opt_g, opt_d = (torch.optim.Adam(n.parameters(), lr=2e-4) for n in (G, D))
     with LoopAuditor(G, opt_g) as audit_g, LoopAuditor(D, opt_d) as audit_d:
         dcgan(G, D, opt_g, opt_d, **options)
     assert (audit_g.codes, audit_d.codes) == (g_codes, d_codes), f"{audit_g}\n{audit_d}"
     for finding in audit_g.findings + audit_d.findings:
-        assert "detach()" in finding.message and "requires_grad_(False)" in finding.message
+        assert fix in finding.message
+        # the fix that applies comes first, and a detach() the loop already has is not offered
+        assert ("detach()" in finding.message) is (fix == DETACH), finding.message
+
+
+@pytest.mark.parametrize(
+    ("options", "label", "code", "says"),
+    [
+        ({"d_zero_after": True}, "optimizerD", "cross-network-leak", "optimizerG had already"),
+        ({"g_zero": False}, "optimizerG", "missing-zero-grad", "after every step()"),
+        ({"d_zero_between": True}, "optimizerD", "zero-grad-before-step", "between the losses"),
+    ],
+)
+def test_dcgan_script_under_a_session_names_its_optimizers_and_no_accumulation(
+    options, label, code, says
+):
+    """pytorch/examples dcgan/main.py run by the command: its optimizers are named as the
+    script names them, and with no accumulation_steps given (D's windows have 2 backward
+    passes), no finding quotes an accumulation count."""
+    from loop_auditor.session import AuditSession
+
+    netG, netD = gan()
+    with AuditSession() as session:
+        optimizerD = optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        optimizerG = optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        dcgan(netG, netD, optimizerG, optimizerD, **options)
+    assert [a.label for a in session.auditors] == ["optimizerD", "optimizerG"]
+    (finding,) = session.findings
+    assert (finding.code, finding.optimizer) == (code, label), str(session)
+    assert str(finding).startswith(f"{code} ({label}, step ") and says in finding.message
+    assert "accumulation_steps" not in finding.message
 
 
 def gradient_penalty(D, real, fake):
@@ -668,38 +714,54 @@ def test_ddp_no_sync_accumulation_reports_nothing_and_reads_nothing(
 
 
 # ------------------------------------------------------------------------ LBFGS
-def lbfgs_loop(zero=True, backward=True):
+def lbfgs_loop(zero="first", backward=True):
     """pytorch/examples time_sequence_prediction/train.py: optimizer.step(closure) with a
-    closure that zeroes, computes the loss and backpropagates; LBFGS calls it several times."""
+    closure that zeroes, computes the loss and backpropagates; LBFGS calls it several times.
+    ``zero``: where optimizer.zero_grad() is, "first" in the closure (the example's place),
+    "after backward" in it, "before step" outside it, or None nowhere."""
     model = mlp()
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)
     x, y = data(n=1)[0]
 
     def closure():
-        if zero:
+        if zero == "first":
             optimizer.zero_grad()
         loss = F.mse_loss(model(x), y)
         if backward:
             loss.backward()
+        if zero == "after backward":
+            optimizer.zero_grad()
         return loss
 
     with LoopAuditor(model, optimizer) as audit:
         for _ in range(3):
+            if zero == "before step":
+                optimizer.zero_grad()
             optimizer.step(closure)
     return audit
 
 
+IN_CLOSURE = "call optimizer.zero_grad() inside the closure, before loss.backward()"
+
+
 @pytest.mark.parametrize(
-    ("options", "codes"),
+    ("options", "code", "says"),
     [
-        ({}, []),
-        ({"zero": False}, ["missing-zero-grad"]),
-        ({"backward": False}, ["step-without-grad"]),
+        ({}, None, None),
+        # LBFGS calls the closure up to max_iter times in one step(): zeroing once per step()
+        # is not enough, the fix is inside the closure
+        ({"zero": None}, "missing-zero-grad", IN_CLOSURE),
+        ({"zero": "before step"}, "missing-zero-grad", IN_CLOSURE),
+        ({"zero": "after backward"}, "zero-grad-before-step", "at the start of the closure"),
+        ({"backward": False}, "step-without-grad", "loss.backward() inside the closure"),
     ],
 )
-def test_lbfgs_closure_is_audited_on_what_each_call_produced(options, codes):
+def test_lbfgs_closure_is_audited_on_what_each_call_produced(options, code, says):
     audit = lbfgs_loop(**options)
-    assert audit.codes == codes, str(audit)
+    assert audit.codes == ([code] if code else []), str(audit)
+    if code:
+        assert says in audit.findings[0].message
+        assert "after every step()" not in audit.findings[0].message
 
 
 # ------------------------------------------------------- scale after accumulating
@@ -888,6 +950,97 @@ def test_schedulers_with_a_step_of_their_own_are_counted_once(make, per_micro_ba
                 if not per_micro_batch:
                     scheduler.step()
     assert audit.codes == codes, str(audit)
+
+
+def mnist_with_accumulation(model, optimizer, scheduler, k=4, epochs=2, per_epoch=True):
+    """pytorch/examples mnist/main.py: scheduler = StepLR(optimizer, step_size=1,
+    gamma=args.gamma), stepped once per epoch after train(); here train() accumulates k
+    micro-batches per optimizer step. ``per_epoch`` False: scheduler.step() moved into the
+    micro-batch loop."""
+    for _ in range(epochs):
+        for batch_idx, (x, y) in enumerate(data(n=12)):
+            (F.mse_loss(model(x), y) / k).backward()
+            if (batch_idx + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            if not per_epoch:
+                scheduler.step()
+        if per_epoch:
+            scheduler.step()
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
+@pytest.mark.parametrize("per_epoch", [True, False])
+def test_a_per_epoch_step_lr_moved_into_the_micro_batch_loop_is_told_both_places(per_epoch):
+    """The learning rate decays 12 times per epoch instead of once: "once, right after
+    optimizer.step()" alone would still decay it 3 times per epoch."""
+    model = mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    with LoopAuditor(model, optimizer, accumulation_steps=4) as audit:
+        mnist_with_accumulation(model, optimizer, scheduler, per_epoch=per_epoch)
+    if per_epoch:
+        assert audit.findings == [], str(audit)
+        return
+    (finding,) = audit.findings
+    assert finding.code == "scheduler-per-micro-batch" and finding.step == 1
+    assert finding.message.startswith("scheduler.step() (StepLR) ran 3 times"), finding.message
+    assert "once per epoch, after the epoch's loop, if it is defined in epochs" in finding.message
+    assert "right after each optimizer.step(), if it is defined in optimizer steps" in (
+        finding.message
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")
+def test_a_session_names_the_scheduler_and_the_optimizer_the_script_holds():
+    """An optimizer built before the session is adopted at its first step, named by the
+    variable that holds it; a scheduler by the variable whose step() the loop calls."""
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    lr_schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    with AuditSession(accumulation_steps=4) as session:
+        mnist_with_accumulation(model, opt, lr_schedule, per_epoch=False)
+    (finding,) = session.findings
+    assert finding.optimizer == "optimizer" and finding.step == 2  # its first window unseen
+    assert finding.message.startswith("scheduler.step() (StepLR) ran 4 times"), str(finding)
+
+
+def make_sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.opt_d: torch.optim.Optimizer = torch.optim.Adam(model.parameters())
+
+
+def test_a_session_names_optimizers_built_in_a_method_or_returned_by_a_function():
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    with AuditSession() as session:
+        Trainer(model)
+        opt_g = make_sgd(model)  # noqa: F841
+    assert [a.label for a in session.auditors] == ["self.opt_d", "opt_g"]
+
+
+def test_a_session_names_optimizers_it_cannot_name_by_order_and_class():
+    """Optimizers built in a list comprehension have no variable of their own, nor has code
+    without a source file; the same name given twice (rebuilt each epoch) gets its count."""
+    from loop_auditor.session import AuditSession
+
+    model = mlp()
+    with AuditSession() as session:
+        [torch.optim.SGD(layer.parameters(), lr=0.1) for layer in (model[0], model[2])]
+        exec("unseen = torch.optim.SGD(model.parameters())", {"torch": torch, "model": model})
+        for _ in range(2):
+            optimizer = torch.optim.Adam(model.parameters())  # noqa: F841
+    assert [a.label for a in session.auditors] == [
+        "optimizer 1 (SGD)", "optimizer 2 (SGD)", "optimizer 3 (SGD)", "optimizer",
+        "optimizer #2",
+    ]  # fmt: skip
 
 
 def test_a_scaled_loss_divided_afterwards_is_still_known_as_scaled():

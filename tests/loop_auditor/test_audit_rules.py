@@ -76,6 +76,37 @@ def test_missing_zero_grad_counts_the_stale_parameters():
     assert "3 of 10 parameters" in finding.message and "zero_grad() after every step" in (
         finding.message
     )
+    assert "(accumulation_steps=4)" in finding.message
+
+
+def test_missing_zero_grad_in_a_closure_is_fixed_inside_the_closure():
+    finding = rules.missing_zero_grad(2, 3, 10, 1, closure="LBFGS")
+    assert "LBFGS may call the closure several times in one step()" in finding.message
+    assert finding.message.endswith(
+        "call optimizer.zero_grad() inside the closure, before loss.backward()."
+    )
+    assert "after every step" not in finding.message
+
+
+@pytest.mark.parametrize(
+    "finding",
+    [
+        rules.missing_zero_grad(2, 3, 10, 1),
+        rules.discarded_passes(3, lost=[10], kept=[11], k=1),
+    ],
+)
+def test_no_accumulation_count_is_quoted_without_accumulation(finding):
+    """accumulation_steps=1 (not given, or no accumulation) is not the window a GAN's
+    discriminator steps on (2 backward passes): the message does not quote it."""
+    assert "accumulation_steps" not in finding.message.split("If this is intended")[0]
+
+
+def test_a_zero_grad_between_losses_without_accumulation_is_named_so():
+    finding = rules.discarded_passes(3, lost=[10], kept=[11], k=1)
+    assert "a zero_grad() between the losses of one step" in finding.message
+    assert "Zero the gradients once per step, right after step()." in finding.message
+    finding = rules.discarded_passes(3, lost=[10], kept=[11], k=4)
+    assert "inside the accumulation window (accumulation_steps=4)" in finding.message
 
 
 @pytest.mark.parametrize(
@@ -96,9 +127,24 @@ def test_cross_network_leak_names_the_other_network_and_both_fixes():
     assert "detach()" in finding.message and "requires_grad_(False)" in finding.message
 
 
+def test_cross_network_leak_leads_with_the_fix_for_where_the_loss_went():
+    # the other's loss reached this network first, on its way to the other (G's loss in D)
+    through = rules.cross_network_leak(3, 1, "optimizerG", reached_first=True).message
+    assert "that optimizerG had already stepped on" in through
+    assert "Zero this optimizer's gradients right before its own first backward()" in through
+    assert "detach" not in through
+    # the other's loss flowed back into this network through its output (D's loss in G)
+    back = rules.cross_network_leak(3, 1, "optimizerD", reached_first=False).message
+    assert "Detach this network's output where that loss uses it (D(fake.detach()))" in back
+    assert back.index("Detach") < back.index("zero this optimizer's gradients")
+
+
 def test_the_remaining_rules_fire_only_past_their_threshold():
     assert rules.scheduler_per_micro_batch(3, 1) is None
     assert "4 times" in rules.scheduler_per_micro_batch(3, 4).message
+    named = rules.scheduler_per_micro_batch(3, 4, "scheduler.step() (StepLR)").message
+    assert named.startswith("scheduler.step() (StepLR) ran 4 times")
+    assert "once per epoch" in named and "right after each optimizer.step()" in named
     assert rules.graph_kept_alive(5, [0, 1]) is None
     assert rules.graph_kept_alive(5, [0, 1, 2]).code == "graph-kept-alive"
     assert rules.params_not_in_optimizer(1, []) is None
