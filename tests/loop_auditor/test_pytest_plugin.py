@@ -6,6 +6,7 @@ installs the entry point pyproject.toml declares (a dist-info folder on ``sys.pa
 checks that the fixture is then there with no ``-p`` and no conftest."""
 
 import os
+import re
 import textwrap
 import tomllib
 from pathlib import Path
@@ -22,7 +23,8 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = pytest_plugin.__name__
 
-# A two-step smoke test of a user's loop with gradient accumulation.
+# README.md's example test, character for character (test_readme_shows_the_example checks it):
+# a two-step smoke test of a user's loop with gradient accumulation.
 EXAMPLE = '''\
 import torch
 from torch import nn
@@ -102,6 +104,11 @@ def user_test(body: str, zero: str = "optimizer.zero_grad()") -> str:
 def shown_at_the_users_line(result) -> None:
     """The traceback ends at the user's test, not inside the loop auditor."""
     assert f"loop_auditor{os.sep}" not in result.stdout.str()
+
+
+def test_readme_shows_the_example():
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert EXAMPLE in blocks
 
 
 def test_a_correct_two_step_loop_passes(run):
