@@ -107,18 +107,11 @@ def _report(session: AuditSession, script: Path, ran_to_end: bool) -> str:
     processes it started, or it has none)."""
     rank = os.environ.get("RANK")
     who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"
-    findings = session.findings
-    if not findings and session.steps == 0:
+    if not session.findings and session.steps == 0:
         if not ran_to_end:
             return ""
         return f"{who}: nothing to audit: {script} took no optimizer step in this process.\n"
-    n, steps = len(session.auditors), session.steps
-    summary = f"{n} optimizer{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}"
-    if not findings:
-        return f"{who}: no findings in {script} ({summary}).\n"
-    lines = [f"{who}: {len(findings)} finding(s) in {script} ({summary}):"]
-    lines += [f"  {finding}" for finding in findings]
-    return "\n".join(lines) + "\n"
+    return session.report(str(script), who) + "\n"
 
 
 def _write_whole(text: str) -> None:

@@ -47,11 +47,8 @@ _NO_FUNCTION = object()
 def _report(session: AuditSession) -> str | None:
     """What fails the test (the findings, or that nothing was audited), or None."""
     n = len(session.auditors)
-    summary = f"{n} optimizer{'s' if n != 1 else ''}, {session.steps} steps"
-    findings = session.findings
-    if findings:
-        lines = [f"loop auditor: {len(findings)} finding(s) in the audited run ({summary}):"]
-        return "\n".join(lines + [f"  {finding}" for finding in findings])
+    if session.findings:
+        return session.report("the audited run")
     if session.steps == 0:
         what = "built no optimizer and stepped none" if n == 0 else "made no optimizer step"
         return (

@@ -53,6 +53,20 @@ class AuditSession:
     def steps(self) -> int:
         return sum(a.steps for a in self.auditors)
 
+    def summary(self) -> str:
+        """What was audited: ``2 optimizers, 6 steps``."""
+        n, steps = len(self.auditors), self.steps
+        return f"{n} optimizer{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}"
+
+    def report(self, where: str, who: str = "loop auditor") -> str:
+        """The findings as the command and the pytest fixture print them: a line that names
+        ``where`` and what was audited, then a finding a line; or that there are none."""
+        findings = self.findings
+        if not findings:
+            return f"{who}: no findings in {where} ({self.summary()})."
+        lines = [f"{who}: {len(findings)} finding(s) in {where} ({self.summary()}):"]
+        return "\n".join(lines + [f"  {finding}" for finding in findings])
+
     def __str__(self) -> str:
         if not self.findings:
             n = len(self.auditors)

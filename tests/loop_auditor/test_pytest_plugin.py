@@ -121,7 +121,7 @@ def test_a_forgotten_zero_grad_fails_the_test_with_the_finding_and_its_fix(run):
     result.stdout.fnmatch_lines(
         [
             "E       Failed: loop auditor: 1 finding(s) in the audited run (1 optimizer, 2 steps):",
-            "E         missing-zero-grad (optimizer 1 (SGD), step 2): *optimizer.zero_grad()*",
+            "E         missing-zero-grad (optimizer, step 2): *optimizer.zero_grad()*",
         ]
     )
     # The traceback ends at the user's line, not inside the plugin.
@@ -152,7 +152,7 @@ def test_the_with_block_fails_at_its_end_with_the_findings(run):
     result.stdout.fnmatch_lines(
         [
             "E       Failed: loop auditor: 1 finding(s) in the audited run (1 optimizer, 2 steps):",
-            "E         missing-zero-grad (optimizer 1 (SGD), step 2): *",
+            "E         missing-zero-grad (optimizer, step 2): *",
         ]
     )
     shown_at_the_users_line(result)
