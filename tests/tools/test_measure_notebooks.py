@@ -46,67 +46,87 @@ def transform(rounds, change, only_round=None):
     ]
 
 
-# A notebook well within budget, one just within, one just over (extra 3, 4.8, 5.4 s).
+def extras_in_floors(rounds):
+    return {row.name: row.extra_floors for row in mn.summarize(rounds)}
+
+
+# A notebook well within budget, one just within, one just over: extra 1.5, 2.45 and 2.6
+# floors (the floor's time of the same round), against a budget of 2.5.
+FLOORS = [2.0, 2.2, 2.1]
 BASE = make_rounds(
-    [2.3, 2.5, 2.4],
-    fast=[5.3, 5.5, 5.4],
-    close=[7.1, 7.3, 7.2],
-    slow=[7.7, 7.9, 7.8],
+    FLOORS,
+    fast=[f * 2.5 for f in FLOORS],
+    close=[f * 3.45 for f in FLOORS],
+    slow=[f * 3.6 for f in FLOORS],
 )
 BASE_VERDICTS = {FLOOR: None, "fast": True, "close": True, "slow": False}
 
 
-def test_base_verdicts_follow_the_five_second_budget():
-    assert mn.EXTRA_SECONDS == 5.0
+def test_base_verdicts_follow_the_budget_in_floors():
+    assert mn.EXTRA_FLOORS == 2.5
     assert verdicts(BASE) == BASE_VERDICTS
-    assert extras(BASE)["close"] == pytest.approx(4.8)
+    assert extras_in_floors(BASE)["close"] == pytest.approx(2.45)
+    assert extras(BASE)["close"] == pytest.approx(2.1 * 2.45)  # the seconds, shown beside
+
+
+@pytest.mark.parametrize("factor", [0.6, 1.7, 2.5])
+def test_a_machine_slower_or_faster_in_everything_changes_no_verdict(factor):
+    """A CPU 1.7 times slower (a CI machine's floor took 3.4 s where the budgets' took 2.0 s,
+    and every notebook's extra time grew alike) scales the floor too."""
+    other_machine = transform(BASE, lambda s: s * factor)
+    assert verdicts(other_machine) == BASE_VERDICTS
+    assert extras_in_floors(other_machine) == pytest.approx(extras_in_floors(BASE))
 
 
 @pytest.mark.parametrize("only_round", [None, 0, 1, 2])
-def test_every_run_three_seconds_slower_changes_no_verdict(only_round):
-    slower = transform(BASE, lambda s: s + 3.0, only_round)
-    assert verdicts(slower) == BASE_VERDICTS
-    assert extras(slower) == pytest.approx(extras(BASE))
+def test_every_run_three_seconds_slower_fails_no_notebook_that_passed(only_round):
+    """Time added to every run (a slower start) slows the floor as much: it can only make the
+    verdict more lenient."""
+    slower = verdicts(transform(BASE, lambda s: s + 3.0, only_round))
+    assert all(slower[name] for name, ok in BASE_VERDICTS.items() if ok)
 
 
 @pytest.mark.parametrize("only_round", [0, 1, 2])
-def test_one_round_twice_as_slow_changes_no_verdict(only_round):
-    slower = transform(BASE, lambda s: s * 2.0, only_round)
-    assert verdicts(slower) == BASE_VERDICTS
-    # That round alone, like the old single run, would fail the notebook that is within budget.
-    assert verdicts([slower[only_round]])["close"] is False
+def test_one_round_where_the_notebook_ran_twice_as_slow_changes_no_verdict(only_round):
+    rounds = [{name: dict(m) for name, m in measured.items()} for measured in BASE]
+    rounds[only_round]["close"]["seconds"] *= 2.0  # a load that hit the notebook, not the floor
+    assert verdicts(rounds) == BASE_VERDICTS
+    # That round alone, like a single run, would fail the notebook that is within budget.
+    assert verdicts([rounds[only_round]])["close"] is False
 
 
 def test_a_notebook_that_got_slower_fails_on_the_same_machine():
-    slower_notebook = make_rounds([2.3, 2.5, 2.4], close=[9.1, 9.3, 9.2])  # 2 s more than BASE
+    slower_notebook = transform(BASE, lambda s: s)
+    for measured in slower_notebook:
+        measured["close"]["seconds"] += 1.0  # half a floor more
     assert verdicts(slower_notebook)["close"] is False
-    assert extras(slower_notebook)["close"] == pytest.approx(6.8)
 
 
 def test_a_notebook_that_got_slower_fails_on_a_slower_machine_too():
-    slower_machine = transform(BASE, lambda s: s + 3.0)
-    slower_machine[0]["close"]["seconds"] += 2.0
-    slower_machine[1]["close"]["seconds"] += 2.0
-    slower_machine[2]["close"]["seconds"] += 2.0
+    slower_machine = transform(BASE, lambda s: s * 1.7)
+    for measured in slower_machine:
+        measured["close"]["seconds"] += 1.7
     assert verdicts(slower_machine)["close"] is False
 
 
 @pytest.mark.parametrize("loaded", [0, 1, 2])
 def test_the_median_ignores_one_loaded_round(loaded):
-    rounds = make_rounds([2.3, 2.5, 2.4], close=[7.1, 7.3, 7.2])
+    rounds = transform(BASE, lambda s: s)
     rounds[loaded]["close"]["seconds"] += 20.0  # a load that hit the notebook, not the floor
     assert verdicts(rounds)["close"] is True
-    assert extras(rounds)["close"] == pytest.approx(4.8)
+    assert extras_in_floors(rounds)["close"] == pytest.approx(2.45)
 
 
 def test_a_loaded_floor_in_one_round_does_not_pass_a_slow_notebook():
-    rounds = make_rounds([2.3, 2.5, 2.4], slow=[7.7, 7.9, 7.8])
-    rounds[1][FLOOR]["seconds"] += 20.0  # that round's difference goes very negative
+    rounds = transform(BASE, lambda s: s)
+    rounds[1][FLOOR]["seconds"] += 20.0  # that round's extra goes very negative
     assert verdicts(rounds)["slow"] is False
 
 
 def test_two_slow_rounds_of_three_fail():
-    rounds = make_rounds([2.3, 2.5, 2.4], close=[7.1, 7.3 + 2, 7.2 + 2])
+    rounds = transform(BASE, lambda s: s)
+    rounds[1]["close"]["seconds"] += 2.0
+    rounds[2]["close"]["seconds"] += 2.0
     assert verdicts(rounds)["close"] is False
 
 
@@ -114,6 +134,8 @@ def test_extra_is_the_median_of_differences_not_the_difference_of_medians():
     # Differences 3, 3, 6 -> 3; median(nb) - median(floor) would be 8 - 3 = 5.
     assert mn.median_extra([4.0, 8.0, 9.0], [1.0, 5.0, 3.0]) == pytest.approx(3.0)
     assert mn.median_extra([5.0, 9.0], [2.0, 4.0]) == pytest.approx(4.0)  # even: the mean of two
+    # In floors: 3/1, 3/5, 6/3 -> 2; (median(nb) - median(floor)) / median(floor) would be 5/3.
+    assert mn.median_extra_floors([4.0, 8.0, 9.0], [1.0, 5.0, 3.0]) == pytest.approx(2.0)
 
 
 def test_rows_report_median_wall_time_and_max_peak_memory():
@@ -130,6 +152,7 @@ def test_rows_report_median_wall_time_and_max_peak_memory():
         None,
     )
     assert (row.name, row.seconds, row.extra, row.peak_mib) == ("nb", 6.0, 3.0, 420.0)
+    assert row.extra_floors == pytest.approx(1.5)  # 3/2, -3/9, 27/3
 
 
 def test_memory_verdict_is_twice_the_floors_peak():
@@ -150,21 +173,28 @@ def test_memory_over_budget_in_one_round_fails_a_fast_notebook():
 
 
 def test_a_notebook_with_its_own_budget_is_judged_by_it_and_only_it():
-    name = next(iter(mn.EXTRA_SECONDS_FOR))
-    own = mn.EXTRA_SECONDS_FOR[name]
-    assert own > mn.EXTRA_SECONDS
-    between = (mn.EXTRA_SECONDS + own) / 2
+    name = next(iter(mn.EXTRA_FLOORS_FOR))
+    own = mn.EXTRA_FLOORS_FOR[name]
+    assert own > mn.EXTRA_FLOORS
+    between = (mn.EXTRA_FLOORS + own) / 2
     floor = [2.0, 2.0, 2.0]
-    rounds = make_rounds(floor, **{name: [2.0 + between] * 3, "other.ipynb": [2.0 + between] * 3})
+    rounds = make_rounds(
+        floor, **{name: [2.0 * (1 + between)] * 3, "other.ipynb": [2.0 * (1 + between)] * 3}
+    )
     assert verdicts(rounds) == {FLOOR: None, name: True, "other.ipynb": False}
-    over = make_rounds(floor, **{name: [2.0 + own + 0.1] * 3})
+    over = make_rounds(floor, **{name: [2.0 * (1 + own + 0.1)] * 3})
     assert verdicts(over)[name] is False
-    assert f"{name.split('_')[0]}: {own:g} s" in mn.how_measured(3, pinned=True)
+    assert f"{name.split('_')[0]}: {own:g}" in mn.how_measured(3, pinned=True)
 
 
 def test_time_verdict_boundary():
-    assert mn.within_budget(5.0, 300.0, 300.0)
-    assert not mn.within_budget(5.01, 300.0, 300.0)
+    assert mn.within_budget(2.5, 300.0, 300.0)
+    assert not mn.within_budget(2.51, 300.0, 300.0)
+
+
+def test_a_floor_of_no_time_is_refused():
+    with pytest.raises(ValueError, match=r"a floor time must be above 0 s, got 0\.0"):
+        mn.median_extra_floors([1.0], [0.0])
 
 
 # --- bad input --------------------------------------------------------------------------
@@ -260,7 +290,7 @@ def fake_measure(times):
 
 
 def test_main_measures_only_the_named_notebook_and_prints_the_table(capsys, monkeypatch):
-    fake, calls = fake_measure([4.0, 30.0])  # round 2 loaded: median extra (2 + 28) / 2 = 15
+    fake, calls = fake_measure([4.0, 30.0])  # round 2 loaded: median (1 + 14) / 2 = 7.5 floors
     monkeypatch.setattr(mn, "measure", fake)
     code = mn.main(["--rounds", "2", str(NOTEBOOKS / "00_setup_check.ipynb")])
     out = capsys.readouterr().out
@@ -285,14 +315,14 @@ def test_markdown_table_says_how_it_was_measured_and_fits_the_readme(tmp_path):
     assert all(len(line) <= 100 for line in paragraph.splitlines())
     paragraph = " ".join(paragraph.splitlines())
     assert paragraph.startswith("Median of 3 rounds on one core (taskset -c 0), one thread")
-    assert "within 5 s" in paragraph and "within 2x the floor's" in paragraph
+    assert "within 2.5 floors" in paragraph and "within 2x the floor's" in paragraph
     lines = table.splitlines()
     assert lines[0] == "| " + " | ".join(mn.HEADER) + " |"
     assert lines[1].count("|") == lines[0].count("|")
     assert lines[2:] == [
-        f"| {FLOOR} | 2.0 | — | 300 | (reference) |",
-        "| a | 4.0 | 2.0 | 300 | yes |",
-        "| b | 9.0 | 7.0 | 300 | **no** |",
+        f"| {FLOOR} | 2.0 | — | — | 300 | (reference) |",
+        "| a | 4.0 | 2.0 | 1.00 | 300 | yes |",
+        "| b | 9.0 | 7.0 | 3.50 | 300 | **no** |",
     ]
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- speed-table -->\nold\n<!-- /speed-table -->\nrest\n")
@@ -336,4 +366,4 @@ def test_measure_here_runs_the_notebook_with_run_notebooks_execute(monkeypatch):
 
 def test_every_notebook_with_a_budget_of_its_own_exists():
     names = {path.name for path in notebook_paths()}
-    assert set(mn.EXTRA_SECONDS_FOR) <= names, set(mn.EXTRA_SECONDS_FOR) - names
+    assert set(mn.EXTRA_FLOORS_FOR) <= names, set(mn.EXTRA_FLOORS_FOR) - names
