@@ -3,6 +3,8 @@ it (runtime.txt, requirements.txt, then postBuild), and run the whole nbval suit
 
     python tools/simulate_binder.py             # the environment goes to build/binder-env
     python tools/simulate_binder.py --env DIR
+    python tools/simulate_binder.py --build-only  # only build it (CI, in the background); the
+                                                  # next run uses it while binder/ is unchanged
 
 Where torch's CPU-wheel index (binder/requirements.txt's --extra-index-url) cannot be
 reached, the index line is dropped and torch is installed first at the version the
@@ -15,6 +17,7 @@ part of what Binder builds. Exit status: the suite's.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -56,20 +59,36 @@ def run(command: list[str], **kwargs) -> None:
     subprocess.run(command, check=True, **kwargs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--env", type=Path, default=ROOT / "build" / "binder-env")
-    args = parser.parse_args(argv)
-    started = time.monotonic()
+def ready_mark() -> str:
+    """What ``.ready`` says in an environment built from binder/ as it is now, on this Python:
+    a digest of binder/'s files, so that a changed binder/ builds the environment again."""
+    digest = hashlib.sha256()
+    for path in sorted(BINDER.iterdir()):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"binder/ {digest.hexdigest()[:16]} on Python {sys.version.split()[0]}"
+
+
+def ready_python(env: Path) -> str | None:
+    """The python of an environment that ``build`` made from binder/ as it is now, else None."""
+    mark = env / ".ready"
+    if mark.is_file() and mark.read_text(encoding="utf-8") == ready_mark():
+        return str(env / "bin" / "python")
+    return None
+
+
+def build(env: Path) -> str:
+    """A fresh environment in ``env`` built only from binder/ (and pytest, nbval and
+    pytest-xdist to run the suite), marked ready; returns its python."""
     runtime = (BINDER / "runtime.txt").read_text(encoding="utf-8").strip()
     wanted = runtime.removeprefix("python-")
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if wanted != here:
         print(f"note: binder/runtime.txt asks for Python {wanted}; this simulation uses {here}")
 
-    shutil.rmtree(args.env, ignore_errors=True)
-    venv.create(args.env, with_pip=True)
-    python = str(args.env / "bin" / "python")
+    shutil.rmtree(env, ignore_errors=True)
+    venv.create(env, with_pip=True)
+    python = str(env / "bin" / "python")
     text, torch_first = requirements_for_here(
         (BINDER / "requirements.txt").read_text(encoding="utf-8")
     )
@@ -82,14 +101,42 @@ def main(argv: list[str] | None = None) -> int:
         run([python, "-m", "pip", "install", "--quiet", "-r", requirements.name])
     finally:
         os.unlink(requirements.name)
-    env = dict(os.environ, PATH=f"{args.env / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    env.pop("PYTHONPATH", None)
-    run(["bash", str(BINDER / "postBuild")], cwd=ROOT, env=env)
+    run(["bash", str(BINDER / "postBuild")], cwd=ROOT, env=binder_environment(env))
     run([python, "-m", "pip", "install", "--quiet", "pytest>=8", "nbval>=0.11", "pytest-xdist>=3"])
+    (env / ".ready").write_text(ready_mark(), encoding="utf-8")
+    return python
+
+
+def binder_environment(env: Path) -> dict[str, str]:
+    """This process's environment variables with ``env``'s bin first on PATH, no PYTHONPATH."""
+    variables = dict(os.environ, PATH=f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    variables.pop("PYTHONPATH", None)
+    return variables
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env", type=Path, default=ROOT / "build" / "binder-env")
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="only build the environment and mark it ready (CI does it in the background); "
+        "a later run without it uses it while binder/ is unchanged",
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    python = None if args.build_only else ready_python(args.env)
+    if python:
+        print(f"Binder simulation: the environment in {args.env} is ready ({ready_mark()})")
+    else:
+        python = build(args.env)
+    if args.build_only:
+        print(f"Binder simulation: environment built in {time.monotonic() - started:.0f} s")
+        return 0
     suite = subprocess.run(  # the notebooks spread over the cores, each on torch's own threads
         [python, "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "notebooks"],
         cwd=ROOT,
-        env=dict(env, GM_DEVICE="cpu"),
+        env=dict(binder_environment(args.env), GM_DEVICE="cpu"),
     )
     verdict = "passed" if suite.returncode == 0 else "FAILED"
     seconds = time.monotonic() - started
