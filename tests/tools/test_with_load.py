@@ -1,10 +1,11 @@
 """tools/with_load.py: the command runs beside busy processes, which stop with it."""
 
+import os
 import sys
 import time
 
 import pytest
-from with_load import main, run_loaded, spin
+from with_load import main, run_loaded, spin, start_load
 
 
 def test_the_command_runs_and_its_exit_code_is_returned():
@@ -31,3 +32,19 @@ def test_bad_input_says_what_to_change(capsys):
     with pytest.raises(SystemExit):
         main([])
     assert "give the command to run after --" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--nice", "20", "--", "true"])
+    assert "--nice must be from 0 to 19, got 20" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nice", [0, 5])
+def test_the_busy_processes_run_at_the_niceness_asked_for(nice):
+    [process] = start_load(1, time.monotonic() + 5, nice)
+    try:
+        deadline = time.monotonic() + 5
+        while os.getpriority(os.PRIO_PROCESS, process.pid) != nice + os.nice(0):
+            assert time.monotonic() < deadline, "the worker never took its niceness"
+            time.sleep(0.05)
+    finally:
+        process.terminate()
+        process.join()
