@@ -152,7 +152,9 @@ def test_a_rank_leaving_with_a_message_prints_it_and_exits_1(launched):
 def test_sigterm_to_the_launcher_ends_every_rank(tmp_path):
     (tmp_path / "rank_program.py").write_text(
         "import os, pathlib, time\n"
-        "pathlib.Path(f'pid{os.environ[\"RANK\"]}').write_text(str(os.getpid()))\n"
+        "rank = os.environ['RANK']\n"
+        "pathlib.Path(f'part{rank}').write_text(str(os.getpid()))\n"
+        "os.replace(f'part{rank}', f'pid{rank}')  # whole: the test reads it while this runs\n"
         "time.sleep(120)\n",
         encoding="utf-8",
     )
