@@ -350,30 +350,31 @@ def main(argv: list[str] | None = None) -> None:
 
 class _Deadline:
     """A batch's watchdog: a rank still on function ``index`` ``timeout`` seconds after it
-    began writes ``timeout{index}_{rank}.json`` (with the time) and ends, which ends the
-    launch (the function hung, or its ranks wait for each other in a collective)."""
+    began writes its Python stacks to ``timeout{index}_{rank}.txt`` and ends, which ends the
+    launch (the function hung, or its ranks wait for each other in a collective).
+
+    faulthandler's watchdog is a C thread: it needs no GIL, so it also ends a rank whose main
+    thread holds the GIL while it waits (a deadlock in C++ code), which a Python thread
+    could not. The file's modification time is when the deadline passed; it stays empty
+    while the deadline has not passed."""
 
     def __init__(self, out: Path, rank: int, timeout: float):
-        import threading
-
         self.out, self.rank, self.timeout = out, rank, timeout
-        self.index, self.until = -1, float("inf")
-        threading.Thread(target=self._watch, daemon=True).start()
+        self.file = None  # the file faulthandler writes to: kept open while it is armed
 
     def start(self, index: int) -> None:
-        self.index, self.until = index, time.monotonic() + self.timeout
+        import faulthandler
+
+        marker = open(self.out / f"timeout{index}_{self.rank}.txt", "w")
+        faulthandler.dump_traceback_later(self.timeout, exit=True, file=marker)
+        if self.file is not None:
+            self.file.close()
+        self.file = marker
 
     def stop(self) -> None:
-        self.until = float("inf")
+        import faulthandler
 
-    def _watch(self) -> None:
-        while True:
-            time.sleep(0.1)
-            if time.monotonic() > self.until:
-                marker = self.out / f"timeout{self.index}_{self.rank}.json"
-                marker.write_text(json.dumps({"time": time.time()}))
-                sys.stdout.flush()
-                os._exit(1)
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _main_batch(functions: list[tuple[str, str]], out: Path, timeout: float) -> None:
@@ -461,6 +462,11 @@ def run_capstone(function: Callable, timeout: float = 60) -> dict:
         return json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
 
 
+# What a batch's launch may take beyond its functions' deadlines: starting the processes and
+# their group (seconds on an idle machine, many more on a busy one), and ending them.
+START_ALLOWANCE = 60
+
+
 def run_capstones(functions: list[Callable], timeout: float = 60) -> list[dict | CapstoneRunError]:
     """:func:`run_capstone` on each of ``functions``, in as few launches as can be: one pair
     of ranks judges them in turn, each on a fresh model, optimizer, scheduler, scaler and
@@ -492,7 +498,7 @@ def run_capstones(functions: list[Callable], timeout: float = 60) -> list[dict |
             for path, function in zip(paths[first:], functions[first:], strict=True):
                 args += [f"--source={path}", f"--name={function.__name__}"]
             try:  # the ranks' deadline ends a hang; this one only backs it up
-                backstop = timeout * (len(functions) - first + 1)
+                backstop = timeout * (len(functions) - first) + START_ALLOWANCE
                 launch("helpers.capstone.capstone_run", args, nproc=WORLD, timeout=backstop)
                 failure = None
             except RuntimeError as error:
@@ -514,9 +520,17 @@ def _batch_outcome(
     if (out / f"results{j}.json").exists():
         return json.loads((out / f"results{j}.json").read_text(encoding="utf-8"))
     errors = [json.loads(p.read_text()) for p in out.glob(f"error{j}_*.json")]
-    stops = [json.loads(p.read_text()) for p in out.glob(f"timeout{j}_*.json")]
+    stops = [
+        {"time": p.stat().st_mtime, "stacks": p.read_text(errors="replace")}
+        for p in out.glob(f"timeout{j}_*.txt")
+        if p.stat().st_size  # empty: the deadline did not pass
+    ]
     events = sorted([*errors, *stops], key=lambda event: event["time"])
     if events and "error" not in events[0]:  # a deadline, before any error
+        from helpers.processes.launcher import STACKS_ON_STOP
+
+        if os.environ.get(STACKS_ON_STOP):  # CI: where the rank was when its deadline passed
+            print(events[0]["stacks"], file=sys.stderr)
         message = f"the {WORLD}-process run took over {timeout:g} s and was stopped"
         return CapstoneRunError("timeout", message)
     if events:

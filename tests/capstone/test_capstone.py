@@ -10,6 +10,7 @@ import importlib.util
 import itertools
 import re
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from helpers import learner_code
 from helpers.capstone import capstone_run
 from helpers.capstone.checkers_09 import check_capstone, check_gradient_allreduces, judge_capstones
 from helpers.processes import run_ranks
+from helpers.processes.launcher import STACKS_ON_STOP
 from helpers.spies import ClipSpy
 
 HEADER = """\
@@ -342,6 +344,14 @@ HANG = with_mistake(
       "            import time\n            time.sleep(600)\n")]
 )  # fmt: skip
 
+# Both ranks wait in C code that keeps the GIL (as a deadlock inside C++ code does): only a
+# watchdog that needs no GIL can end them before the launch's own timeout.
+HANG_HOLDING_THE_GIL = with_mistake(
+    [("        optimizer.zero_grad()\n",
+      "        optimizer.zero_grad()\n        import ctypes\n\n"
+      "        ctypes.PyDLL(None).sleep(600)\n")]
+)  # fmt: skip
+
 
 def unfinished(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps):
     optimizer.zero_grad()
@@ -447,17 +457,24 @@ def test_a_hang_is_stopped_with_a_clear_message(folder):
     assert not result.passed and "did not finish within 8 s" in result.message, result.message
 
 
-def test_a_hang_in_a_batch_ends_its_launch_and_no_other_verdict(folder):
-    """The ranks' deadline stops a hanging answer: the answers before it keep their verdicts
-    from that launch, the ones after it get a launch of their own. (In a batch, an answer's
-    time starts when its run does, after the processes have started.)"""
-    answers = [learner_function(folder, s) for s in (MODEL_SOLUTION, HANG, COUNTER_STYLE)]
+def test_a_hang_in_a_batch_ends_its_launch_and_no_other_verdict(folder, monkeypatch, capfd):
+    """The ranks' deadline stops a hanging answer, even one that keeps the GIL: the answers
+    before it keep their verdicts from that launch, the ones after it get a launch of their
+    own. (In a batch, an answer's time starts when its run does, after the processes have
+    started.) With ``GM_RANK_STACKS`` set, the stopped ranks' Python stacks are printed."""
+    monkeypatch.setenv(STACKS_ON_STOP, "1")
+    sources = (MODEL_SOLUTION, HANG_HOLDING_THE_GIL, COUNTER_STYLE)
+    answers = [learner_function(folder, s) for s in sources]
     with Launches() as seen:
+        started = time.monotonic()
         before, hang, after = judge_capstones(answers, timeout=5)
+        took = time.monotonic() - started
     assert len(seen.launches) == 2, seen.launches
     assert sum(a.startswith("--source=") for a in seen.launches[1][1]) == 1  # only the last
     assert before.passed and after.passed, (before, after)
     assert not hang.passed and "did not finish within 5 s" in hang.message, hang.message
+    assert took < capstone_run.START_ALLOWANCE, took  # the deadline, not the launch's timeout
+    assert "in train_ddp" in capfd.readouterr().err  # the hanging frame, in the stacks
 
 
 def test_answers_of_the_wrong_kind_launch_nothing():
