@@ -325,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     if len(args.source) != len(args.name):
         parser.error("give one --name for each --source")
     torch.set_num_threads(1)
+    # What is loaded by now (torch, above all) is never garbage: gc.collect() below then
+    # walks only what the learner's functions made (about 0.2 s less per call).
+    gc.freeze()
     out = Path(args.out)
     if args.batch is not None:
         _main_batch(list(zip(args.source, args.name, strict=True)), out, args.batch)
