@@ -5,11 +5,14 @@ The floor is a notebook that only imports torch, matplotlib and the helpers.
     python tools/measure_notebooks.py                      # table; exit 1 if over budget
     python tools/measure_notebooks.py notebooks/06_*.ipynb # only these (and the floor)
     python tools/measure_notebooks.py --rounds 5           # more rounds: steadier medians
+    python tools/measure_notebooks.py --rounds 4 --cores 2 # 2 rounds at a time (CI)
     python tools/measure_notebooks.py --update-readme      # also write the table into README.md
 
 It measures in rounds (``--rounds``, default 3). Each round runs the floor and then every
 notebook once, each in a fresh child process and kernel, pinned to core 0 (taskset -c 0, where
-taskset exists) with one thread (OMP_NUM_THREADS=1). A notebook's extra time is its wall time
+taskset exists) with one thread (OMP_NUM_THREADS=1). With ``--cores N``, N rounds run at a
+time, round k on core k mod N, so that a machine's every core measures (CI: 4 rounds on 2
+cores take the time of 2). A notebook's extra time is its wall time
 minus the floor's in the same round; its verdict is on that extra time in floors, the extra
 divided by the floor's time of the same round, the median over rounds. So the verdict is
 relative to the floor measured alongside it: a machine slower in everything (a slower CPU)
@@ -38,6 +41,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,9 +157,14 @@ def all_within(rows: Iterable[Row]) -> bool:
     return all(row.ok is not False for row in rows)
 
 
-def how_measured(rounds: int, pinned: bool) -> str:
+def how_measured(rounds: int, pinned: bool, cores: int = 1) -> str:
     """The line above the table that says how it was measured."""
-    where = "one core (taskset -c 0), one thread" if pinned else "one thread (not pinned to a core)"
+    if cores > 1:
+        taskset = f" (taskset -c 0 to {cores - 1})" if pinned else " (not pinned)"
+        where = f"{cores} cores, a round on each at a time{taskset}, one thread"
+    else:
+        taskset = "one core (taskset -c 0)" if pinned else "one thread (not pinned to a core)"
+        where = f"{taskset}, one thread" if pinned else taskset
     plural = "round" if rounds == 1 else "rounds"
     return (
         f"Median of {rounds} {plural} on {where}; each round runs the floor, then each notebook,"
@@ -184,9 +193,9 @@ HEADER = (
 )
 
 
-def render(rows: Sequence[Row], rounds: int, pinned: bool, markdown: bool) -> str:
+def render(rows: Sequence[Row], rounds: int, pinned: bool, markdown: bool, cores: int = 1) -> str:
     """The table, markdown (for the README) or plain text, under the how-measured paragraph."""
-    lines = textwrap.wrap(how_measured(rounds, pinned), width=95)
+    lines = textwrap.wrap(how_measured(rounds, pinned, cores), width=95)
     if markdown:
         lines += ["", "| " + " | ".join(HEADER) + " |", "|---|---:|---:|---:|---:|---|"]
         for row in rows:
@@ -240,6 +249,15 @@ def positive_rounds(text: str) -> int:
     return rounds
 
 
+def available_cores(text: str) -> int:
+    """argparse type for ``--cores``: from 1 to the cores this process may run on."""
+    cores = positive_rounds(text)
+    have = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cores > (have or 1):
+        raise argparse.ArgumentTypeError(f"this machine gives it {have} core(s), got {cores}")
+    return cores
+
+
 # --- measuring ----------------------------------------------------------------------------
 
 
@@ -272,13 +290,13 @@ def pinned() -> bool:
     return shutil.which("taskset") is not None
 
 
-def measure(path: Path) -> dict:
-    """Measure ``path`` in a child process pinned to one core with one thread."""
+def measure(path: Path, core: int = 0) -> dict:
+    """Measure ``path`` in a child process pinned to core ``core`` with one thread."""
     env = dict(os.environ, GM_DEVICE="cpu", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("GM_STRICT_CHECKS", None)
     command = [sys.executable, __file__, "--one", str(path)]
     if pinned():
-        command = ["taskset", "-c", "0", *command]
+        command = ["taskset", "-c", str(core), *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{path.name} failed:\n{done.stderr[-3000:]}")
@@ -289,35 +307,51 @@ def run_rounds(
     floor_path: Path,
     paths: Sequence[Path],
     rounds: int,
-    measure_one: Callable[[Path], Measurement],
+    measure_one: Callable[[Path, int], Measurement],
     log: Callable[[str], None] = lambda line: None,
+    cores: int = 1,
 ) -> list[Round]:
-    """``rounds`` rounds, each measuring the floor and then every notebook once."""
+    """``rounds`` rounds, each measuring the floor and then every notebook once, with
+    ``measure_one(path, core)``: round k (from 0) on core k mod ``cores``, ``cores`` rounds
+    at a time (one thread per core, each measuring its rounds in turn)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    measured_rounds = []
-    for number in range(1, rounds + 1):
-        measured: Round = {}
-        for name, path in [(FLOOR, floor_path), *((path.name, path) for path in paths)]:
-            measured[name] = result = measure_one(path)
-            log(
-                f"round {number}/{rounds}: {name}: {result['seconds']:.1f} s, "
-                f"{result['peak_mib']:.0f} MiB"
-            )
-        measured_rounds.append(measured)
+    if cores < 1:
+        raise ValueError(f"cores must be at least 1, got {cores}")
+    measured_rounds: list[Round] = [{} for _ in range(rounds)]
+
+    def measure_on(core: int) -> None:
+        for number in range(core, rounds, cores):
+            measured = measured_rounds[number]
+            for name, path in [(FLOOR, floor_path), *((path.name, path) for path in paths)]:
+                measured[name] = result = measure_one(path, core)
+                log(
+                    f"round {number + 1}/{rounds} (core {core}): {name}: "
+                    f"{result['seconds']:.1f} s, {result['peak_mib']:.0f} MiB"
+                )
+
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        for done in [pool.submit(measure_on, core) for core in range(min(cores, rounds))]:
+            done.result()  # a notebook that failed fails the measurement
     return measured_rounds
 
 
-def table(paths: Sequence[Path], rounds: int, markdown: bool) -> tuple[str, bool]:
-    """Measure ``paths`` and the floor in ``rounds`` rounds: the table and whether all fit."""
+def table(paths: Sequence[Path], rounds: int, markdown: bool, cores: int = 1) -> tuple[str, bool]:
+    """Measure ``paths`` and the floor in ``rounds`` rounds on ``cores`` cores: the table and
+    whether all fit."""
     with tempfile.TemporaryDirectory() as folder:
         floor_path = Path(folder) / "floor.ipynb"
         nbformat.write(floor_notebook(), floor_path)
         measured = run_rounds(
-            floor_path, paths, rounds, measure, log=lambda line: print(line, file=sys.stderr)
+            floor_path,
+            paths,
+            rounds,
+            measure,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+            cores=cores,
         )
     rows = summarize(measured)
-    return render(rows, rounds, pinned(), markdown), all_within(rows)
+    return render(rows, rounds, pinned(), markdown, cores), all_within(rows)
 
 
 def update_readme(text: str, readme: Path = ROOT / "README.md") -> None:
@@ -339,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_ROUNDS,
         help=f"rounds of floor + notebooks (default {DEFAULT_ROUNDS})",
     )
+    parser.add_argument(
+        "--cores",
+        type=available_cores,
+        default=1,
+        help="rounds measured at a time, each on a core of its own (default 1: core 0)",
+    )
     parser.add_argument("--update-readme", action="store_true", help="write the README's table")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -351,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = select_notebooks(args.paths)
     except ValueError as error:
         parser.error(str(error))
-    text, within = table(paths, args.rounds, markdown=args.update_readme)
+    text, within = table(paths, args.rounds, markdown=args.update_readme, cores=args.cores)
     print(text)
     if args.update_readme:
         update_readme(text)

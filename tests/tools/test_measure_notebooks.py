@@ -5,6 +5,7 @@ No notebook is executed here: measurements are made up, the child process is fak
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
 
 import measure_notebooks as mn
@@ -216,6 +217,38 @@ def test_bad_rounds_is_a_clear_error(value, message, capsys, monkeypatch):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "argument --cores: must be at least 1, got 0"),
+        ("two", "whole number"),
+        ("4096", "this machine gives it"),
+    ],
+)
+def test_bad_cores_is_a_clear_error(value, message, capsys, monkeypatch):
+    monkeypatch.setattr(mn, "measure", pytest.fail)  # nothing may be measured
+    with pytest.raises(SystemExit) as exit_info:
+        mn.main(["--cores", value])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_main_measures_on_the_cores_asked_and_says_so(capsys, monkeypatch):
+    cores = []
+
+    def fake(path, core=0):
+        cores.append(core)
+        return {"seconds": 2.0 if path.name == "floor.ipynb" else 3.0, "peak_mib": 300.0}
+
+    monkeypatch.setattr(mn, "available_cores", int)  # a 1-core machine may run this test too
+    monkeypatch.setattr(mn, "measure", fake)
+    notebook = str(NOTEBOOKS / "00_setup_check.ipynb")
+    assert mn.main(["--rounds", "4", "--cores", "2", notebook]) == 0
+    assert sorted(cores) == [0] * 4 + [1] * 4
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("Median of 4 rounds on 2 cores, a round on each at a time")
+
+
 def test_pure_functions_reject_empty_or_mismatched_rounds():
     with pytest.raises(ValueError, match="no rounds"):
         mn.summarize([])
@@ -225,6 +258,8 @@ def test_pure_functions_reject_empty_or_mismatched_rounds():
         mn.median_extra([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="at least 1"):
         mn.run_rounds(Path("floor.ipynb"), [], 0, pytest.fail)
+    with pytest.raises(ValueError, match="cores must be at least 1"):
+        mn.run_rounds(Path("floor.ipynb"), [], 1, pytest.fail, cores=0)
 
 
 def test_summarize_rejects_rounds_without_the_floor_or_with_different_notebooks():
@@ -266,14 +301,42 @@ def test_select_notebooks_defaults_to_every_notebook_and_keeps_each_once():
 def test_rounds_interleave_the_floor_with_the_notebooks():
     calls = []
 
-    def fake(path):
-        calls.append(path.name)
+    def fake(path, core):
+        calls.append((path.name, core))
         return {"seconds": 1.0, "peak_mib": 1.0}
 
     floor = Path("floor.ipynb")
     measured = mn.run_rounds(floor, [Path("a.ipynb"), Path("b.ipynb")], 3, fake)
-    assert calls == ["floor.ipynb", "a.ipynb", "b.ipynb"] * 3
+    assert calls == [(name, 0) for name in ["floor.ipynb", "a.ipynb", "b.ipynb"] * 3]
     assert [list(m) for m in measured] == [[FLOOR, "a.ipynb", "b.ipynb"]] * 3
+
+
+def test_rounds_on_two_cores_run_two_at_a_time_each_on_its_core():
+    started = threading.Barrier(2, timeout=10)  # both cores' first runs must overlap
+    calls = []
+
+    def fake(path, core):
+        if path.name == "floor.ipynb" and not any(c == core for _, c, _ in calls):
+            started.wait()
+        calls.append((path.name, core, threading.get_ident()))
+        return {"seconds": 2.0 + core, "peak_mib": 1.0}
+
+    measured = mn.run_rounds(Path("floor.ipynb"), [Path("a.ipynb")], 3, fake, cores=2)
+    names_on = {core: [n for n, c, _ in calls if c == core] for core in (0, 1)}
+    assert names_on == {0: ["floor.ipynb", "a.ipynb"] * 2, 1: ["floor.ipynb", "a.ipynb"]}
+    assert len({thread for _, _, thread in calls}) == 2
+    # round k ran on core k mod 2: rounds 1 and 3 on core 0 (2 s), round 2 on core 1 (3 s)
+    assert [m[FLOOR]["seconds"] for m in measured] == [2.0, 3.0, 2.0]
+
+
+def test_a_notebook_that_fails_on_one_core_fails_the_measurement():
+    def fake(path, core):
+        if core == 1 and path.name == "a.ipynb":
+            raise RuntimeError("a.ipynb failed")
+        return {"seconds": 1.0, "peak_mib": 1.0}
+
+    with pytest.raises(RuntimeError, match=r"a\.ipynb failed"):
+        mn.run_rounds(Path("floor.ipynb"), [Path("a.ipynb")], 2, fake, cores=2)
 
 
 def fake_measure(times):
@@ -281,7 +344,7 @@ def fake_measure(times):
     calls = []
     remaining = list(times)
 
-    def fake(path):
+    def fake(path, core=0):
         calls.append(path.name)
         seconds = 2.0 if path.name == "floor.ipynb" else remaining.pop(0)
         return {"seconds": seconds, "peak_mib": 300.0}
