@@ -1,14 +1,20 @@
 """The loop auditor as a distribution of its own (loop_auditor/pyproject.toml), checked without
 building it: it needs torch alone and imports nothing of the course, the course depends on it
-without packaging a second copy, and every install command names its folder."""
+without packaging a second copy, every install command names its folder, and importing it (as
+pytest does at every start through its entry point) imports no torch."""
 
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
+
+import pytest
 
 import loop_auditor
 
@@ -101,3 +107,70 @@ def test_the_install_check_sees_a_command_that_forgets_the_folder():
         "pip install --no-deps --editable ./loop_auditor --editable ."
     ]
     assert install_commands("pip install -e ./loop_auditor") == []
+
+
+# In a fresh interpreter: what importing the package and its pytest plugin loads, and what its
+# lazy names give (one process for all of it: each imports torch at the end).
+IMPORTS = textwrap.dedent(
+    """
+    import json, sys
+    import loop_auditor.pytest_plugin
+    report = {"after_plugin": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}
+    import loop_auditor
+    report["dir"] = [name for name in loop_auditor.__all__ if name not in dir(loop_auditor)]
+    try:
+        loop_auditor.LoopAuditer
+    except AttributeError as error:
+        report["typo"] = str(error)
+    from loop_auditor import CODES, LoopAuditor
+    from loop_auditor.auditor import LoopAuditor as defined
+    report["same"] = LoopAuditor is defined and "missing-zero-grad" in CODES
+    report["torch_after_use"] = "torch" in sys.modules
+    print(json.dumps(report))
+    """
+)
+
+
+def test_importing_it_and_its_pytest_plugin_imports_no_torch(tmp_path):
+    """pytest imports the plugin at every start once loop-auditor is installed (its pytest11
+    entry point): that must not import torch (seconds), only a test that uses the fixture."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report == {
+        "after_plugin": [],
+        "dir": [],
+        "typo": "module 'loop_auditor' has no attribute 'LoopAuditer'",
+        "same": True,
+        "torch_after_use": True,
+    }
+
+
+def test_an_old_torch_is_refused_at_import_from_its_metadata_without_importing_it(tmp_path):
+    """With torch not imported yet, the version comes from torch's installed metadata; an old
+    one stops ``import loop_auditor`` with the fix, before torch is imported."""
+    site = tmp_path / "site"
+    info = site / "torch-2.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.1.0\n")
+    script = (
+        f"import sys; sys.path.insert(0, {str(site)!r})\n"
+        "try:\n    import loop_auditor\nexcept ImportError as error:\n    print(error)\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "the loop auditor needs torch 2.3 or newer, and this is torch 2.1.0: "
+        "run `python -m pip install -U torch`",
+        "False",
+    ]
+
+
+@pytest.mark.parametrize("version", ["2.3.0", "2.13.0+cpu", "2.14.0a0+git1234"])
+def test_a_torch_at_or_above_the_floor_is_accepted(version):
+    assert loop_auditor.torch_too_old(version) is None
