@@ -31,6 +31,7 @@ SKIP_FILES=(
     tests/tools/test_site_browser.py # the site in Chromium through Selenium
     tests/tools/test_workshop.py # the instructor's copy: a fresh venv from PyPI, setuptools
     tests/tools/test_simulate_binder.py # tools/simulate_binder.py, which builds Binder's venv from PyPI
+    tests/loop_auditor/test_distribution.py # python -m build, setuptools and a fresh venv from PyPI
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.

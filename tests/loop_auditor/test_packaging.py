@@ -1,7 +1,8 @@
 """The loop auditor as a distribution of its own (loop_auditor/pyproject.toml), checked without
 building it: it needs torch alone and imports nothing of the course, the course depends on it
 without packaging a second copy, every install command names its folder, and importing it (as
-pytest does at every start through its entry point) imports no torch."""
+pytest does at every start through its entry point) imports no torch. Building and installing
+it: test_distribution.py (marker distribution)."""
 
 from __future__ import annotations
 
