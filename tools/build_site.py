@@ -5,10 +5,11 @@
 
 Every notebook becomes a page with its committed outputs (nothing is re-run), with links to
 the course index and to the previous and next notebook, "Open in Colab", "Launch Binder" and
-"Download .ipynb" links, and its setup cell folded; the README, the instructor guide, the
-setup page and the glossary become pages too, and links between them point to the pages.
-Every page has a search box over all of them. Formulas are typeset by KaTeX and the search runs
-on lunr.js, both bundled into DIR/_static/ (tools/site_assets.py fetches them from the npm
+"Download .ipynb" links, and its setup cell folded; the README, the instructor guide, the setup
+page, the glossary and the loop auditor's README become pages too, and links between them point to
+the pages. Every page has a search box over all of them. Formulas are typeset by KaTeX and the
+search runs on lunr.js, both bundled into DIR/_static/ (tools/site_assets.py fetches them from the
+npm
 registry once), so no page loads anything from the network. Open DIR/index.html, or publish
 DIR as it is (README: "The course site").
 """
@@ -36,12 +37,14 @@ PAGES = {  # markdown source -> page in the site
     ROOT / "workshop" / "instructor-guide.md": "instructor-guide.html",
     ROOT / "workshop" / "setup.md": "setup.html",
     ROOT / "workshop" / "glossary.md": "glossary.html",
+    ROOT / "loop_auditor" / "README.md": "loop-auditor.html",  # the practitioners' tool
 }
 PAGE_TITLES = {
     "index.html": "Gradient Mechanics in PyTorch",
     "instructor-guide.html": "Instructor guide",
     "setup.html": "Learner setup",
     "glossary.html": "Glossary",
+    "loop-auditor.html": "The loop auditor",
 }
 HEAD = """<meta name="viewport" content="width=device-width, initial-scale=1.0">
 <link rel="stylesheet" href="_static/katex/katex.min.css">

@@ -31,6 +31,7 @@ SKIP_FILES=(
     tests/tools/test_site_browser.py # the site in Chromium through Selenium
     tests/tools/test_workshop.py # the instructor's copy: a fresh venv from PyPI, setuptools
     tests/tools/test_simulate_binder.py # tools/simulate_binder.py, which builds Binder's venv from PyPI
+    tests/loop_auditor/test_distribution.py # python -m build, setuptools and a fresh venv from PyPI
 )
 # The --cpu-dry-run subset: this command's own tests, the GPU tests (skipped without CUDA),
 # a unit test file and one notebook through nbval.
@@ -147,8 +148,12 @@ main() {
     fi
     local ignores=()
     for file in "${SKIP_FILES[@]}"; do ignores+=(--ignore="$file"); done
-    # tools/ on the path for -p gpu_suite_plugin (pytest's own pythonpath comes too late).
-    local pytest=(env "PYTHONPATH=$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest
+    # tools/ on the path for -p gpu_suite_plugin (pytest's own pythonpath comes too late), and
+    # the loop auditor's package, loop_auditor/src/: the course is not installed here, and the
+    # processes and kernels the tests start must import it too (with the repository's root
+    # alone, loop_auditor/, its distribution's folder, is an empty namespace package).
+    local paths="$ROOT/tools:$ROOT/loop_auditor/src"
+    local pytest=(env "PYTHONPATH=$paths${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest
         -p gpu_suite_plugin --gm-deadline="$DEADLINE"
         "${timeout_args[@]}" --nbval-cell-timeout="$TEST_TIMEOUT" "${ignores[@]}"
         --junitxml="$JUNIT" -o junit_suite_name="gpu-suite-$MODE" -v -ra --durations=15

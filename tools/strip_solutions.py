@@ -3,21 +3,23 @@ the instructor hands the solutions out later.
 
     python tools/strip_solutions.py OUT
 
-OUT receives what a learner installs and runs, and nothing else: pyproject.toml and the
-README it names, every package pyproject lists (its whole folder: helpers, loop_auditor),
-any other module of the course that a notebook imports, requirements.txt, binder/, and the
-notebooks without their folded solution cells (tag "solution"); the exercise cells stay,
-still checked by their checkers. In OUT, ``pip install -r requirements.txt -e .`` installs
-the course and every notebook runs (tests/tools/test_workshop.py checks both, in a fresh virtual
-environment: ``python -m pytest -m instructor_copy``). Tests, tools, the workshop notes and CI
-stay behind. OUT must be new or empty. Push it to a repository of its own (and point
-tools/hub_link.py --repo at it) to hand it to learners.
+OUT receives what a learner installs and runs, and nothing else: pyproject.toml and the README it
+names, every package pyproject lists (its whole folder: helpers), the folder of each distribution of
+this repository that the course depends on (loop_auditor/: its pyproject.toml, README and src/), any
+other module of the course that a notebook imports, requirements.txt, binder/, and the notebooks
+without their folded solution cells (tag "solution"); the exercise cells stay, still checked by
+their checkers. In OUT, ``pip install -r requirements.txt -e ./loop_auditor -e .`` installs the
+course and every notebook runs (tests/tools/test_workshop.py checks both, in a fresh virtual
+environment: ``python -m pytest -m instructor_copy``). Tests, tools, the workshop notes and CI stay
+behind. OUT must be new or empty. Push it to a repository of its own (and point tools/hub_link.py
+--repo at it) to hand it to learners.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import shutil
 import sys
 import tomllib
@@ -30,7 +32,9 @@ from course import ROOT, notebook_paths, read, write
 # installs with, locally and on Binder.
 INSTALL_FILES = ("requirements.txt", "binder")
 SOLUTION_TAG = "solution"
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+# What building or installing leaves in a folder (``python -m build loop_auditor`` writes
+# loop_auditor/build/ and dist/): never copied.
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 
 def package_folders(root: Path = ROOT) -> list[str]:
@@ -55,6 +59,31 @@ def package_folders(root: Path = ROOT) -> list[str]:
         raise ValueError("pyproject.toml's [tool.setuptools] names no packages")
     tops = dict.fromkeys(name.split(".")[0] for name in packages)
     return [(Path(where) / top).as_posix() for top in tops]
+
+
+def canonical_name(name: str) -> str:
+    """A distribution's name as pip compares it (PEP 503): ``Loop_Auditor`` -> ``loop-auditor``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def local_distributions(root: Path = ROOT) -> list[str]:
+    """The folders of the distributions in this repository that the course depends on: a
+    folder at the top with a pyproject.toml whose project the course's ``dependencies`` name
+    (loop_auditor/, the loop auditor, on no package index: ``pip install -e ./loop_auditor -e
+    .`` installs it with the course)."""
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    needed = set()
+    for requirement in project.get("dependencies", []):
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+        if match is None:
+            raise ValueError(f"pyproject.toml: a dependency without a name: {requirement!r}")
+        needed.add(canonical_name(match.group(1)))
+    folders = []
+    for pyproject in sorted(root.glob("*/pyproject.toml")):
+        other = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        if canonical_name(other.get("name", "")) in needed:
+            folders.append(pyproject.parent.name)
+    return folders
 
 
 def top_level_found(
@@ -100,12 +129,14 @@ def imported_modules(path: Path) -> set[str]:
 
 def course_files(root: Path = ROOT) -> list[str]:
     """What the copy takes besides its notebooks, as paths relative to ``root``: pyproject.toml,
-    its readme, its packages' folders, the course modules the notebooks import, and
-    INSTALL_FILES. Derived from pyproject and the notebooks, so it follows them."""
+    its readme, its packages' folders, the folders of the distributions it depends on, the
+    course modules the notebooks import, and INSTALL_FILES. Derived from pyproject and the
+    notebooks, so it follows them."""
     project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     readme = project.get("readme")
     readme = readme.get("file") if isinstance(readme, dict) else readme
     files = ["pyproject.toml", *([readme] if readme else []), *package_folders(root)]
+    files += local_distributions(root)
     imported = set().union(*(imported_modules(path) for path in notebook_paths()))
     for name in sorted(imported):
         for candidate in (name, f"{name}.py"):

@@ -43,7 +43,7 @@ if importlib.util.find_spec("helpers") is None:
     else:
         here = pathlib.Path.cwd().resolve()
         root = next((p for p in (here, *here.parents) if (p / "helpers").is_dir()), here.parent)
-    sys.path.insert(0, str(root))
+    sys.path[:0] = [str(root), str(root / "loop_auditor" / "src")]  # the loop auditor's package
 from helpers.versions import stop_unless_supported
 
 stop_unless_supported("{notebook}")"""

@@ -22,10 +22,10 @@ In each environment:
 - on the newest release, the notebook checks too (``tests/course/test_notebooks.py``).
 
 An environment gets ``torch==X`` from PyPI (a CUDA build on Linux, which runs on the CPU), with
-``PIP_CONFIG_FILE=/dev/null`` so that a machine-wide pip setting cannot cap or redirect it,
-then what the notebooks and nbval need (``requirements.txt`` and ``requirements-test.txt``,
-less torch) and this course with ``--no-deps``. It lives in ``build/venv-torch-X`` and is
-deleted afterwards (several GB), unless ``--keep``.
+``PIP_CONFIG_FILE=/dev/null`` so that a machine-wide pip setting cannot cap or redirect it, then
+what the notebooks and nbval need (``requirements.txt`` and ``requirements-test.txt``, less torch)
+and this course and its loop auditor (``loop_auditor/``) with ``--no-deps``. It lives in
+``build/venv-torch-X`` and is deleted afterwards (several GB), unless ``--keep``.
 
 ``prepare`` makes the environments of ``minimums`` and ``newest`` and nothing else, each
 marked ready (``.ready``: its torch and Python) once it imports the torch it was made for;
@@ -108,7 +108,7 @@ def make_environment(folder: Path, python: str, torch: str) -> Path:
     packages = requirement_specs(ROOT / "requirements.txt", COURSE_PACKAGES)
     packages += requirement_specs(ROOT / "requirements-test.txt", TEST_PACKAGES)
     run([*pip, *packages], env=env)
-    run([*pip, "--no-deps", "--editable", "."], env=env)
+    run([*pip, "--no-deps", "--editable", "./loop_auditor", "--editable", "."], env=env)
     found = subprocess.run(
         [
             str(env_python),

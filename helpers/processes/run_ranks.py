@@ -22,6 +22,10 @@ from helpers.arguments import positive_int
 from helpers.processes.launcher import STACKS_ON_STOP
 
 ROOT = Path(__file__).resolve().parents[2]
+# The ranks' path: the repository, and the loop auditor's package (a distribution of its own,
+# in loop_auditor/src/), for a course that is not installed (Colab, a notebook run from the
+# repository): with the root alone, loop_auditor/ would be an empty namespace package.
+RANK_PATHS = (ROOT, ROOT / "loop_auditor" / "src")
 
 
 def free_port() -> int:
@@ -65,11 +69,11 @@ def launch(
 ) -> str:
     """Run ``module`` in ``nproc`` processes (``helpers.processes.launcher``) and return its output.
 
-    The processes get one thread each, the repository on their path, a free port on
-    127.0.0.1, and their own process group, which is killed as a whole on timeout or
-    interrupt. Raises ``RuntimeError`` with the end of the output if the run fails. With
-    ``finish_grace`` (seconds), ranks still running that long after one has finished well
-    are stopped, and the run fails saying they were probably waiting in a collective."""
+    The processes get one thread each, the repository and the loop auditor (RANK_PATHS) on their
+    path, a free port on 127.0.0.1, and their own process group, which is killed as a whole on
+    timeout or interrupt. Raises ``RuntimeError`` with the end of the output if the run fails. With
+    ``finish_grace`` (seconds), ranks still running that long after one has finished well are
+    stopped, and the run fails saying they were probably waiting in a collective."""
     positive_int(nproc, "nproc")
     if finish_grace is not None and (
         isinstance(finish_grace, bool)
@@ -86,7 +90,8 @@ def launch(
             "pytorch.org (pip install torch) to run the multi-process part"
         )
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    paths = [*map(str, RANK_PATHS), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     env.setdefault("GM_DDP_BACKEND", pick_backend(nproc))
     env["GM_LAUNCHER_PID"] = str(os.getpid())  # ranks end if this process dies
     if platform.system() == "Darwin":

@@ -29,6 +29,8 @@ from helpers.versions import (
 )
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+# The loop auditor's own distribution: the same floor and Python
+AUDITOR_PYPROJECT = tomllib.loads((ROOT / "loop_auditor" / "pyproject.toml").read_text("utf-8"))
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
@@ -51,9 +53,9 @@ def test_every_notebook_has_a_minimum_and_the_ends_of_the_range_are_the_measured
 
 
 def test_pyproject_states_the_floor_and_the_python_minimum():
-    project = PYPROJECT["project"]
-    assert torch_minimum(project["dependencies"]) == TORCH_FLOOR
-    assert project["requires-python"] == f">={dotted(PYTHON_MINIMUM)}"
+    for project in (PYPROJECT["project"], AUDITOR_PYPROJECT["project"]):
+        assert torch_minimum(project["dependencies"]) == TORCH_FLOOR, project["name"]
+        assert project["requires-python"] == f">={dotted(PYTHON_MINIMUM)}", project["name"]
     assert PYPROJECT["tool"]["ruff"]["target-version"] == "py" + "".join(map(str, PYTHON_MINIMUM))
 
 
@@ -77,6 +79,9 @@ def test_the_readme_states_the_minimums_and_ci_runs_both_ends_of_the_range():
     assert minimums_sentence() in README
     assert f"Python {dotted(PYTHON_MINIMUM)} or newer" in README
     assert f"the loop auditor needs only torch {dotted(TORCH_FLOOR)}" in README
+    auditor_readme = (ROOT / "loop_auditor" / "README.md").read_text(encoding="utf-8")
+    needs = f"Python {dotted(PYTHON_MINIMUM)} or newer and torch {dotted(TORCH_FLOOR)} or newer"
+    assert f"The loop auditor needs {needs}" in auditor_readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python tools/torch_range.py minimums" in ci
     assert "python tools/torch_range.py newest" in ci

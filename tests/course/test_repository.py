@@ -78,7 +78,7 @@ def test_binder_pins_the_tested_python_and_installs_the_helpers():
     assert runtime == "python-3.11"
     assert "Python 3.11" in (ROOT / "README.md").read_text(encoding="utf-8")
     post_build = (ROOT / "binder" / "postBuild").read_text()
-    assert "pip install --no-deps --editable ." in post_build
+    assert "pip install --no-deps --editable ./loop_auditor --editable ." in post_build
 
 
 def test_readme_lists_every_notebook_and_links_binder_to_notebook_00():

@@ -450,8 +450,8 @@ def test_scheduler_and_scaler_are_checked():
 def test_the_readme_example_runs_and_finds_a_dropped_tail(capsys):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Check your own training loop", 1)[1]
+    readme = Path(__file__).resolve().parents[2] / "loop_auditor" / "README.md"
+    section = readme.read_text(encoding="utf-8").split("## In Python: `LoopAuditor`", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)

@@ -59,7 +59,9 @@ def script(tmp_path, zero=True, tail="", name="train.py"):
 
 
 def run(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # as an installed course would be found
+    # as the installed course and loop auditor would be found
+    paths = (ROOT / "loop_auditor" / "src", ROOT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     return subprocess.run(
         args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -211,7 +213,7 @@ def test_the_course_name_for_the_command_also_leaves_the_scripts_helpers_alone(t
 def test_the_console_script_is_installed_and_works(tmp_path):
     command = Path(sys.executable).parent / "loop-audit"
     if not command.exists():
-        pytest.fail("loop-audit is missing: install the course with `pip install -e .`")
+        pytest.fail("loop-audit is missing: run `pip install -e ./loop_auditor`")
     path = script(tmp_path)
     done = run(str(command), "--accumulation-steps", "2", path.name, cwd=tmp_path)
     assert done.returncode == 3, done.stderr  # steps every micro-batch, declared 2

@@ -1,9 +1,10 @@
-"""The ``loop_audit`` fixture (loop_auditor/pytest_plugin.py), run as a practitioner runs it:
-pytester writes a user's test file into a temporary folder and runs pytest on it, in this
-process. The plugin is loaded with ``-p loop_auditor.pytest_plugin``, since the package this
-suite runs from need not be installed with its entry point; ``test_the_entry_point_loads_it``
-installs the entry point pyproject.toml declares (a dist-info folder on ``sys.path``) and
-checks that the fixture is then there with no ``-p`` and no conftest."""
+"""The ``loop_audit`` fixture (loop_auditor/src/loop_auditor/pytest_plugin.py), run as a
+practitioner runs it: pytester writes a user's test file into a temporary folder and runs
+pytest on it, in this process. The plugin is loaded with ``-p loop_auditor.pytest_plugin``,
+since the package this suite runs from need not be installed with its entry point;
+``test_the_entry_point_loads_it`` installs the entry point loop_auditor/pyproject.toml declares
+(a dist-info folder on ``sys.path``) and checks that the fixture is then there with no ``-p``
+and no conftest."""
 
 import os
 import re
@@ -21,10 +22,11 @@ from loop_auditor.session import AuditSession
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
+DISTRIBUTION = ROOT / "loop_auditor"  # the loop auditor's pyproject.toml and README
 PLUGIN = pytest_plugin.__name__
 
-# README.md's example test, character for character (test_readme_shows_the_example checks it):
-# a two-step smoke test of a user's loop with gradient accumulation.
+# loop_auditor/README.md's example test, character for character (test_readme_shows_the_example
+# checks it): a two-step smoke test of a user's loop with gradient accumulation.
 EXAMPLE = '''\
 import torch
 from torch import nn
@@ -107,7 +109,8 @@ def shown_at_the_users_line(result) -> None:
 
 
 def test_readme_shows_the_example():
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    readme = (DISTRIBUTION / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
     assert EXAMPLE in blocks
 
 
@@ -262,7 +265,7 @@ def test_a_block_never_entered_is_an_error(run):
 
 
 def test_pyproject_declares_the_entry_point():
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((DISTRIBUTION / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["pytest11"] == {PLUGIN: PLUGIN}
 
 
@@ -270,7 +273,8 @@ def test_the_entry_point_loads_it(pytester, monkeypatch):
     """Installed, the package's pytest11 entry point makes the fixture available with no -p
     and no conftest; with -p as well, it is registered once (it is named as the module)."""
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    pyproject = tomllib.loads((DISTRIBUTION / "pyproject.toml").read_text())
+    entry_points = pyproject["project"]["entry-points"]
     dist_info = pytester.mkdir("site") / "loop_audit_entry_point_check-0.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(

@@ -34,15 +34,18 @@ if not (ROOT / ".git").exists():
     pytest.skip("the Colab simulation clones this repository", allow_module_level=True)
 
 PATHS = notebook_paths()
+# The loop auditor's package where the course is not installed (the setup cell adds it)
+AUDITOR_SRC = ROOT / "loop_auditor" / "src"
 pytestmark = pytest.mark.colab  # a step of its own: python -m pytest -m colab
 
 # Before the setup cell: make the kernel look like Colab's, and record what the cell runs.
 COLAB_KERNEL = textwrap.dedent(
     f"""
     import importlib.util, subprocess, sys, types
-    sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+    sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r}, {str(AUDITOR_SRC)!r})]
     sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     assert importlib.util.find_spec("helpers") is None, "helpers must not be importable yet"
+    assert importlib.util.find_spec("loop_auditor") is None, "nor the loop auditor"
     sys.modules["google.colab"] = types.ModuleType("google.colab")
     _commands, _real_run = [], subprocess.run
     def _recording_run(cmd, *args, **kwargs):
@@ -54,9 +57,10 @@ COLAB_KERNEL = textwrap.dedent(
 # After it: put subprocess.run back and report.
 REPORT = textwrap.dedent(
     """
-    import json, helpers, ipywidgets
+    import json, helpers, ipywidgets, loop_auditor
     subprocess.run = _real_run
     print(json.dumps({"commands": _commands, "helpers": helpers.__file__,
+                      "loop_auditor": loop_auditor.__file__,
                       "ipywidgets": ipywidgets.__version__}))
     """
 )
@@ -76,6 +80,8 @@ def test_notebook_runs_as_on_colab_with_ipywidgets_7(path, tmp_path):
     clone = tmp_path / repository_url().rsplit("/", 1)[-1]
     assert report["commands"] == [["git", "clone", "-q", "--depth=1", str(ROOT), str(clone)]]
     assert report["helpers"] == str(clone / "helpers" / "__init__.py")
+    auditor = clone / AUDITOR_SRC.relative_to(ROOT) / "loop_auditor" / "__init__.py"
+    assert report["loop_auditor"] == str(auditor)
     assert report["ipywidgets"].startswith("7.")
 
 

@@ -196,6 +196,7 @@ def test_the_script_installs_what_the_fetcher_fetched_and_checks_it_first():
 NEEDS_WHAT_THE_MACHINE_LACKS = re.compile(
     r"selenium|chromedriver|GM_IPYWIDGETS7|ipywidgets7|simulate_binder|urllib\.request|urlopen"
     r"|\bnpm\b"  # the site's bundled scripts
+    r"|\"-m\", \"build\""  # python -m build: the loop auditor's distribution, built from PyPI
     # frameworks the suite does not carry:
     r"|importorskip\(\"(accelerate|lightning|transformers)\"\)"
 )

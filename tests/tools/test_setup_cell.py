@@ -12,14 +12,19 @@ import pytest
 import sync_notebooks
 from course import ROOT, repository_url
 
-# Runs the setup cell in a fresh interpreter where `helpers` is not importable, records the
-# commands it runs (git really runs; pip is only recorded), then reports what happened.
+AUDITOR_PACKAGE = ROOT / "loop_auditor" / "src" / "loop_auditor"
+
+# Runs the setup cell in a fresh interpreter where neither `helpers` nor `loop_auditor` is
+# importable (the checkout's editable installs taken off the path), records the commands it
+# runs (git really runs; pip is only recorded), then reports what happened and where the two
+# packages were imported from.
 HARNESS = textwrap.dedent(
     """
     import importlib.util, json, subprocess, sys, types
-    sys.path = [p for p in sys.path if p not in ("", {root!r})]
+    sys.path = [p for p in sys.path if p not in ("", {root!r}, {auditor_src!r})]
     sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     assert importlib.util.find_spec("helpers") is None
+    assert importlib.util.find_spec("loop_auditor") is None
     if {colab!r}:
         sys.modules["google.colab"] = types.ModuleType("google.colab")
     real_find_spec = importlib.util.find_spec
@@ -39,8 +44,10 @@ HARNESS = textwrap.dedent(
         stopped = None
     except Exception as error:
         stopped = f"{{type(error).__name__}}: {{error}}"
-    import helpers
-    print(json.dumps({{"commands": commands, "helpers": helpers.__file__, "stopped": stopped}}))
+    import helpers, loop_auditor
+    from loop_auditor import LoopAuditor
+    print(json.dumps({{"commands": commands, "helpers": helpers.__file__, "stopped": stopped,
+                      "loop_auditor": loop_auditor.__file__}}))
     """
 )
 
@@ -88,7 +95,12 @@ def scenario(
     """The harness for one notebook's setup cell, the folder it runs in and its environment."""
     source = sync_notebooks.setup_source(repository_url(), notebook)
     script = HARNESS.format(
-        root=str(ROOT), colab=colab, source=source, hide=list(hide), torch_version=torch_version
+        root=str(ROOT),
+        auditor_src=str(ROOT / "loop_auditor" / "src"),
+        colab=colab,
+        source=source,
+        hide=list(hide),
+        torch_version=torch_version,
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}
     if env_repo:
@@ -155,6 +167,9 @@ def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing(setup_c
     assert printed == []
     assert report["commands"] == [] and report["stopped"] is None
     assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
+    # the package in loop_auditor/src, not loop_auditor/ (its distribution's folder, which
+    # with the root on sys.path is a namespace package with nothing in it)
+    assert report["loop_auditor"] == str(AUDITOR_PACKAGE / "__init__.py")
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
@@ -163,6 +178,8 @@ def test_on_colab_it_clones_the_course_and_installs_nothing_colab_has(setup_cell
     clone = setup_cell_runs["colab"]["cwd"] / repository_url().rsplit("/", 1)[-1]
     assert report["commands"] == [["git", "clone", "-q", "--depth=1", str(ROOT), str(clone)]]
     assert report["helpers"] == str(clone / "helpers" / "__init__.py")
+    auditor = clone / AUDITOR_PACKAGE.relative_to(ROOT)
+    assert report["loop_auditor"] == str(auditor / "__init__.py")
     assert printed == []
 
 

@@ -26,7 +26,13 @@ from bs4 import BeautifulSoup
 from course import cells_tagged, launch_links, notebook_paths, read
 
 NOTEBOOKS = notebook_paths()
-MARKDOWN_PAGES = ("index.html", "instructor-guide.html", "setup.html", "glossary.html")
+MARKDOWN_PAGES = (
+    "index.html",
+    "instructor-guide.html",
+    "setup.html",
+    "glossary.html",
+    "loop-auditor.html",  # loop_auditor/README.md, which the README links to
+)
 REMOTE = re.compile(r"^(https?:)?//", re.IGNORECASE)
 
 

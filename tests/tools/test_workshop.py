@@ -111,7 +111,8 @@ def test_the_setup_page_points_at_the_course_and_uses_the_readme_commands():
         assert owner_repo in url, url
     for command in (
         "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu",
-        "python -m pip install -r requirements.txt -e . && jupyter lab --ServerApp.root_dir=. "
+        "python -m pip install -r requirements.txt -e ./loop_auditor -e . && jupyter lab "
+        "--ServerApp.root_dir=. "
         "notebooks/00_setup_check.ipynb",
     ):
         assert command in setup and command in readme
@@ -215,6 +216,15 @@ def assert_unanswered(nb, original) -> None:
         assert "✅ Correct" not in shown, (original.name, index, shown)
 
 
+AUDITOR = "loop_auditor"  # the loop auditor's distribution: its folder
+LOCAL_INSTALL = ["-e", f"./{AUDITOR}", "-e", "."]  # the README's: never loop-auditor from an index
+
+
+def auditor_init(course: Path) -> str:
+    """Where ``course``'s loop_auditor package starts: in its distribution's src/."""
+    return str(course / AUDITOR / "src" / "loop_auditor" / "__init__.py")
+
+
 def course_env(**extra: str) -> dict[str, str]:
     """This process's environment for a kernel or tool of the copy: without PYTHONPATH (it
     names this checkout) and strict checks, on the CPU, with ``extra``."""
@@ -247,20 +257,52 @@ def test_strip_solutions_writes_a_course_without_solutions(stripped):
 def test_the_copy_holds_what_pip_install_needs_and_no_tests_tools_or_notes(stripped):
     course, _ = stripped
     packages = pyproject_packages()
-    assert "loop_auditor" in packages
     for package in packages:
         folder = Path(*package.split("."))
         assert (course / folder / "__init__.py").is_file(), package
         assert sorted(p.name for p in (course / folder).glob("*.py")) == sorted(
             p.name for p in (ROOT / folder).glob("*.py")
         ), package
+    # the loop auditor's distribution, whole: what `pip install -e ./loop_auditor` builds
+    distributions = strip_solutions.local_distributions()
+    assert distributions == [AUDITOR]
+    for name in distributions:
+        assert sorted(files_under(course / name)) == sorted(files_under(ROOT / name)), name
+        assert (course / name / "pyproject.toml").is_file()
     readme = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
         "readme"
     ]
     tops = {package.split(".")[0] for package in packages}
     expected = {"pyproject.toml", readme, "requirements.txt", "binder", "notebooks", *tops}
-    assert {p.name for p in course.iterdir()} == expected
+    assert {p.name for p in course.iterdir()} == expected | set(distributions)
     assert not list(course.rglob("__pycache__"))
+    assert not list(course.rglob("*.egg-info"))
+
+
+def files_under(folder: Path) -> list[str]:
+    """The files a copy of ``folder`` holds: none of what building or installing leaves."""
+    left = ("__pycache__", "build", "dist")
+    return [
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file()
+        and not any(part in left or part.endswith(".egg-info") for part in p.parts)
+        and p.suffix != ".pyc"
+    ]
+
+
+def test_the_copy_takes_each_distribution_of_the_repository_the_course_depends_on(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "course"\ndependencies = ["torch>=2.3", "Local_Tool==0.1"]\n'
+    )
+    for folder, name in (("tool", "local-tool"), ("other", "other-tool"), ("empty", None)):
+        (tmp_path / folder).mkdir()
+        if name:
+            (tmp_path / folder / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n')
+    assert strip_solutions.local_distributions(tmp_path) == ["tool"]
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = [">=1"]\n')
+    with pytest.raises(ValueError, match="a dependency without a name"):
+        strip_solutions.local_distributions(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -305,17 +347,17 @@ def test_notebook_05_and_every_module_of_the_copy_run_from_the_copy_alone(stripp
     pyproject lists imports, and each is the copy's file."""
     course, written = stripped
     [path] = [p for p in written if p.name.startswith("05_")]
-    tops = sorted({package.split(".")[0] for package in pyproject_packages()})
-    env = course_env(PYTHONPATH=str(course), PYTHONDONTWRITEBYTECODE="1")
+    tops = sorted({package.split(".")[0] for package in pyproject_packages()} | {"loop_auditor"})
+    paths = os.pathsep.join(map(str, (course / AUDITOR / "src", course)))
+    env = course_env(PYTHONPATH=paths, PYTHONDONTWRITEBYTECODE="1")
     last = f"TOPS, COURSE = {tops!r}, {str(course) + os.sep!r}\n{IMPORT_ALL}"
     where, nb = run_stripped(path, env, last=last)
-    assert where[1:] == [
-        str(course / "helpers" / "__init__.py"),
-        str(course / "loop_auditor" / "__init__.py"),
-    ]
+    assert where[1:] == [str(course / "helpers" / "__init__.py"), auditor_init(course)]
     [loaded, outside] = json.loads(text_of(nb.cells.pop().outputs))
     assert outside == []
-    assert loaded >= len(pyproject_packages()) + 2  # the packages and their modules
+    auditor_modules = len(list((ROOT / AUDITOR / "src" / "loop_auditor").glob("*.py"))) - 1
+    # the packages and their modules, and every module of the loop auditor but __main__
+    assert loaded >= len(pyproject_packages()) + 2 + auditor_modules
     assert_unanswered(nb, NOTEBOOKS[written.index(path)])
 
 
@@ -361,11 +403,12 @@ KERNEL = "gm-instructor-copy"
 @pytest.fixture(scope="module")
 def installed_copy(tmp_path_factory) -> tuple[Path, list[Path], Path]:
     """The stripped course in a fresh virtual environment, installed the README's way: torch
-    first (pinned by constraints.txt: here a local file; the copy compares no outputs, but any
-    other torch would be a download), then ``pip install -r requirements.txt -e .`` in the
-    copy; and a kernel spec of that environment. With no network, pip's retries of its index
-    would take minutes per package: then pip tries once and takes what this machine's pip
-    configuration finds locally (about 45 s either way here)."""
+    first (pinned by constraints.txt: here a local file; the copy compares no outputs, but any other
+    torch would be a download), then ``pip install -r requirements.txt -e ./loop_auditor -e .`` in
+    the copy (the loop auditor from its folder, never from an index); and a kernel spec of that
+    environment. With no network, pip's retries of its index would take minutes per package: then
+    pip tries once and takes what this machine's pip configuration finds locally (about 45 s either
+    way here)."""
     base = tmp_path_factory.mktemp("instructor-copy")
     course, env_dir = base / "course", base / "env"
     written = strip_solutions.strip_solutions(course)
@@ -376,7 +419,7 @@ def installed_copy(tmp_path_factory) -> tuple[Path, list[Path], Path]:
     for command in (
         [sys.executable, "-m", "venv", str(env_dir)],
         [python, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), "torch"],
-        [python, "-m", "pip", "install", "-q", "-r", "requirements.txt", "-e", "."],
+        [python, "-m", "pip", "install", "-q", "-r", "requirements.txt", *LOCAL_INSTALL],
         [python, "-m", "ipykernel", "install", "--prefix", str(env_dir), "--name", KERNEL],
     ):
         done = subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
@@ -392,10 +435,7 @@ def test_the_installed_copy_is_the_course_and_has_the_loop_audit_command(install
          "import helpers, loop_auditor; print(helpers.__file__, loop_auditor.__file__)"],
         cwd=env_dir, env=course_env(), capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert where.stdout.split() == [
-        str(course / "helpers" / "__init__.py"),
-        str(course / "loop_auditor" / "__init__.py"),
-    ]
+    assert where.stdout.split() == [str(course / "helpers" / "__init__.py"), auditor_init(course)]
     command = subprocess.run(
         [env_dir / "bin" / "loop-audit", "--help"], env=course_env(), capture_output=True
     )
@@ -415,7 +455,7 @@ def test_every_notebook_of_the_installed_copy_runs_and_no_exercise_is_answered(
     assert where == [
         str(env_dir / "bin" / "python"),
         str(course / "helpers" / "__init__.py"),
-        str(course / "loop_auditor" / "__init__.py"),
+        auditor_init(course),
     ]
     assert_unanswered(nb, original)
     shown = text_of([output for cell in nb.cells for output in cell.get("outputs", [])])

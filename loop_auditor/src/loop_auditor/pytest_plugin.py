@@ -37,9 +37,15 @@ names is an error).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from loop_auditor.session import AuditSession
+if TYPE_CHECKING:
+    from loop_auditor.session import AuditSession
+
+# pytest imports this module at the start of every run once the package is installed: it
+# imports torch (through loop_auditor.session) only when a test uses the fixture.
 
 _NO_FUNCTION = object()
 
@@ -63,6 +69,8 @@ class LoopAudit:
     the end of the block when it has findings or audited nothing."""
 
     def __init__(self, accumulation_steps: int | None = None, allow=()):
+        from loop_auditor.session import AuditSession
+
         self.session = AuditSession(accumulation_steps=accumulation_steps, allow=allow)
         self.entered = False
 
