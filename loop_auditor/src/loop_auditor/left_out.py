@@ -12,8 +12,9 @@ when an optimizer is adopted is let go at once, so a loop whose optimizers hold 
 parameter carries no hook at all. A frozen (or lazy) parameter is looked at again before each
 ``backward()``: unfrozen, it gets its hook then.
 
-Whether it was held is decided at the end, over every audited optimizer and every optimizer
-that stepped: a parameter added later with ``add_param_group()`` counts as held. A parameter is
+Whether it was held is decided at the end, over every audited optimizer (its param groups then
+and when it was adopted) and every optimizer that stepped: a parameter added later with
+``add_param_group()`` counts as held. A parameter is
 named as its model names it (``fc2.weight``), by a pass over the live modules when it first
 received a gradient outside every optimizer (a buggy loop only), else by its shape and dtype;
 one of a model that no optimizer trains also names the model, by the script's variable for it
@@ -121,7 +122,7 @@ class LeftOutWatch:
         self._known: dict[int, weakref.ref] = {}  # every parameter seen, by id
         self._pending: dict[int, weakref.ref] = {}  # not held, not hooked yet (frozen, lazy)
         self._hooks: dict[int, object] = {}  # the hooked ones: their handles
-        self._held: set[int] = set()  # held by an adopted optimizer when it was adopted
+        self._held: set[int] = set()  # ever held by an adopted optimizer
         self._new: dict[int, torch.Tensor] = {}  # hooked ones that received a gradient since
         self.received: dict[int, Received] = {}  #: outside every optimizer when first seen
         self._scanned = False
@@ -192,12 +193,13 @@ class LeftOutWatch:
         ):
             self._scan()
         for p in params:
+            self._held.add(id(p))
             self._let_go(p)
         self._examine()
 
     def _let_go(self, p: torch.Tensor) -> None:
+        """Stop watching ``p``: it is held, or known to be outside."""
         key = id(p)
-        self._held.add(key)
         self._pending.pop(key, None)
         handle = self._hooks.pop(key, None)
         if handle is not None:
@@ -231,10 +233,13 @@ class LeftOutWatch:
         self._new[id(p)] = p
 
     # ----------------------------------------------------------- judging
-    def held_now(self) -> set[int]:
-        """Every parameter of an audited optimizer, or of any optimizer that stepped."""
+    def held(self) -> set[int]:
+        """Every parameter of an audited optimizer, now or when it was adopted (mixed
+        precision with fp32 master weights, as apex's O2 does, puts fp32 copies in the param
+        groups of the optimizer built over the model), or of any optimizer that stepped."""
         optimizers = [a.optimizer for a in self._auditors()] + patches.stepped_optimizers()
-        return {id(p) for o in optimizers for group in o.param_groups for p in group["params"]}
+        now = {id(p) for o in optimizers for group in o.param_groups for p in group["params"]}
+        return now | self._held
 
     def settle(self, owner_step: bool = True) -> None:
         """Judge the parameters that received a gradient since the last call: held after all
@@ -244,13 +249,12 @@ class LeftOutWatch:
         if not self._new:
             return
         new, self._new = list(self._new.values()), {}
-        held = self.held_now()
+        held = self.held()
         outside = []
         for p in new:
-            self._let_go(p)  # no more hook: held, or known to be outside
+            self._let_go(p)
             if id(p) not in held and id(p) not in self.received:
                 outside.append(p)
-        self._held -= {id(p) for p in outside}
         if not outside:
             return
         names = model_names(outside, held)
@@ -267,7 +271,7 @@ class LeftOutWatch:
         """At the end: the parameters still outside every optimizer, by owner (None: no
         optimizer trains their model, or no model holds them), in their model's order."""
         self.settle(owner_step=False)
-        held = self.held_now()
+        held = self.held()
         by_owner: dict[object | None, list[Received]] = {}
         for record in sorted(self.received.values(), key=lambda r: r.order):
             if id(record.param) not in held:
