@@ -156,6 +156,21 @@ def test_the_remaining_rules_fire_only_past_their_threshold():
     assert "step() after the last backward()" in rules.leftover_at_end(1, 5, 1).message
 
 
+def test_params_not_in_optimizer_without_a_model_names_no_model_and_no_optimizer():
+    """The session's finding for parameters that no optimizer's model holds."""
+    names = ["teacher.weight", "a float32 parameter of shape (1,)"]
+    assert rules.params_not_in_optimizer(None, [], model_known=False) is None
+    finding = rules.params_not_in_optimizer(None, names, model_known=False)
+    assert finding.code == "params-not-in-optimizer" and finding.step is None
+    assert finding.message.startswith(
+        "2 parameter(s) received gradients in backward() but belong to no param group of any "
+        "optimizer, so no step() updates them: teacher.weight, a float32 parameter of shape "
+        "(1,). "
+    )
+    assert "of the model" not in finding.message and "of the optimizer" not in finding.message
+    assert "add_param_group()" in finding.message and "requires_grad_(False)" in finding.message
+
+
 def test_every_rule_reports_a_known_code():
     made = [
         rules.window_length(windows(1, 4), 4),

@@ -73,7 +73,8 @@ class LoopAuditor:
     ``allow`` lists codes your loop does on purpose (see :meth:`allow` for a few lines only).
     For two optimizers (a GAN), use one auditor each, both active at once, and give each a
     ``name`` for its findings: then each also sees what the other's loss leaked into it.
-    ``model`` may be None: then ``params-not-in-optimizer`` is not checked.
+    ``model`` may be None: then ``params-not-in-optimizer`` is not checked here (an
+    :class:`~loop_auditor.session.AuditSession` checks it without the model).
 
     Limits: it cannot see how a loss was scaled, the model's train/eval mode, graphs that never
     reach ``backward()``, parameters added after the block started, or a clipping function

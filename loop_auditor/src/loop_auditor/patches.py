@@ -6,6 +6,8 @@ auditors what happened. Wrapped: ``torch.autograd.backward`` (so each backward p
 id, and a reentrant checkpoint's inner backward counts as part of its outer one), the clipping
 functions, ``Optimizer.zero_grad`` and ``Module.zero_grad`` (known resets of ``.grad``), the
 GradScaler's ``scale``, ``unscale_``, ``step`` and ``update``, and the schedulers' ``step``.
+Besides the auditors, :data:`WATCHERS` hear when a backward pass starts (an
+:class:`~loop_auditor.session.AuditSession` looks there for parameters that were unfrozen).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.optim import lr_scheduler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 ACTIVE: list = []  # the auditors inside their ``with`` block, oldest first
+WATCHERS: list = []  # others told when an outermost backward pass starts (``_on_backward_start``)
 _ORIGINALS: dict[tuple[object, str], object] = {}
 _sequence = itertools.count(1)  # ids of backward passes and optimizer steps, in order
 
@@ -123,6 +126,8 @@ def _audited_backward(original):
         STATE.pass_id = next_id()
         STATE.depth = 1
         scaler = scaler_of(roots)
+        for watcher in list(WATCHERS):
+            watcher._on_backward_start()
         for auditor in list(ACTIVE):
             auditor._on_backward_start(roots, scaler)
         try:

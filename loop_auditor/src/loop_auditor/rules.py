@@ -326,10 +326,25 @@ def graph_kept_alive(step: int | None, old_steps: Sequence[int]) -> Finding | No
     )
 
 
-def params_not_in_optimizer(step: int | None, names: Sequence[str]) -> Finding | None:
+def params_not_in_optimizer(
+    step: int | None, names: Sequence[str], model_known: bool = True
+) -> Finding | None:
+    """Parameters that received gradients outside the optimizer's param groups.
+    ``model_known`` False: no optimizer trains the rest of their model (or no model holds
+    them), so the message names no model and no optimizer."""
     if not names:
         return None
     shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    if not model_known:
+        return Finding(
+            "params-not-in-optimizer",
+            f"{len(names)} parameter(s) received gradients in backward() but belong to no "
+            f"param group of any optimizer, so no step() updates them: {shown}. Give them to "
+            f"the optimizer that trains their model (build it after the model is complete, "
+            f"from model.parameters(), or add_param_group() for new layers), or "
+            f"requires_grad_(False) for frozen ones.",
+            step,
+        )
     return Finding(
         "params-not-in-optimizer",
         f"{len(names)} parameter(s) of the model received gradients but belong to no param "

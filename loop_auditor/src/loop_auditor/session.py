@@ -15,19 +15,27 @@ import functools
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from loop_auditor import rules
 from loop_auditor.auditor import LoopAuditor
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.left_out import LeftOutWatch
 from loop_auditor.names import assigned_name, bound_name
 from loop_auditor.unwrap import unwrap_optimizer
 
 
 class AuditSession:
     """Inside the ``with`` block, every optimizer that is built gets a :class:`LoopAuditor`
-        from its first line on; one built before the block gets one at its first ``step()`` (its
-        first window is then not checked). Each auditor finds its schedulers and GradScalers by
-        itself. ``findings`` gathers them all, each naming its optimizer: by the variable the code
-    assigns it to (``optimizerD``), else by order and class ("optimizer 1 (Adam)"). The model is not
-        known, so ``params-not-in-optimizer`` is not checked: use :class:`LoopAuditor` for that."""
+    from its first line on; one built before the block gets one at its first ``step()`` (its
+    first window is then not checked). Each auditor finds its schedulers and GradScalers by
+    itself. ``findings`` gathers them all, each naming its optimizer: by the variable the code
+    assigns it to (``optimizerD``), else by order and class ("optimizer 1 (Adam)").
+
+    Without knowing the model, it also reports ``params-not-in-optimizer``: every
+    ``nn.Parameter`` that received a gradient from a ``backward()`` in the block and is, at the
+    end, in no param group of an audited optimizer or of one that stepped (one added with
+    ``add_param_group()`` counts; a frozen one receives no gradient). The finding names them as
+    their model does (``fc2.weight``) and goes to the optimizer that trains the rest of that
+    model; with no such optimizer it names no optimizer. See :mod:`loop_auditor.left_out`."""
 
     def __init__(self, accumulation_steps: int | None = None, allow=()):
         if accumulation_steps is not None and (
@@ -42,12 +50,14 @@ class AuditSession:
         self._adopted: set[int] = set()
         self._original_init = None
         self._hook = None
+        self._watch: LeftOutWatch | None = None
+        self._own: list[Finding] = []  # findings of no optimizer: params no optimizer trains
         #: set when the audited code failed: its last window is then not a dropped tail
         self.aborted = False
 
     @property
     def findings(self) -> list[Finding]:
-        return [f for auditor in self.auditors for f in auditor.findings]
+        return [f for auditor in self.auditors for f in auditor.findings] + self._own
 
     @property
     def steps(self) -> int:
@@ -88,6 +98,7 @@ class AuditSession:
         if late:
             auditor._skip_next_step_checks = True
         self.auditors.append(auditor)
+        self._watch.on_adopt(optimizer)
 
     def _label(self, optimizer: torch.optim.Optimizer, late: bool) -> str:
         """The script's name for ``optimizer``: the variable its construction is assigned to,
@@ -102,8 +113,10 @@ class AuditSession:
     def __enter__(self) -> AuditSession:
         if self._hook is not None:
             raise RuntimeError("this AuditSession is already in use; make a new one")
-        self.auditors, self._adopted = [], set()
+        self.auditors, self._adopted, self._own = [], set(), []
         self.aborted = False
+        self._watch = LeftOutWatch(lambda: self.auditors)
+        self._watch.start()
         original = torch.optim.Optimizer.__init__
         self._original_init = original
 
@@ -116,6 +129,7 @@ class AuditSession:
 
         def adopt_late(optimizer, args, kwargs):
             self._adopt(optimizer, late=True)
+            self._watch.settle()
 
         self._hook = register_optimizer_step_pre_hook(adopt_late)
         return self
@@ -125,6 +139,12 @@ class AuditSession:
         self._hook.remove()
         self._hook = None
         errors = []
+        try:
+            self._report_left_out()
+        except Exception as error:
+            errors.append(error)
+        finally:
+            self._watch.stop()
         failed = exc if exc[0] is not None else (RuntimeError, None, None) if self.aborted else exc
         for auditor in reversed(self.auditors):
             try:
@@ -133,3 +153,18 @@ class AuditSession:
                 errors.append(error)
         if errors:
             raise errors[0]
+
+    def _report_left_out(self) -> None:
+        """``params-not-in-optimizer``, to the optimizer that trains the rest of their model,
+        or the session's own when none does (before the auditors end: the optimizers that
+        stepped are forgotten with the last one). Without any optimizer (a loop that updates
+        its parameters by hand) there is nothing they were left out of."""
+        if not self.auditors:
+            return
+        for owner, records in self._watch.left_out().items():
+            names = [record.name for record in records]
+            if owner is not None:
+                step = min((r.step for r in records if r.step is not None), default=None)
+                owner._report(rules.params_not_in_optimizer(step, names))
+            elif "params-not-in-optimizer" not in self.allow:
+                self._own.append(rules.params_not_in_optimizer(None, names, model_known=False))
