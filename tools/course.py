@@ -44,19 +44,22 @@ def repository_url() -> str:
     return url
 
 
-def launch_links(filename: str, url: str | None = None) -> dict[str, str]:
+def launch_links(
+    filename: str, url: str | None = None, folder: str = "notebooks"
+) -> dict[str, str]:
     """Where a notebook opens online, from the one setting (the repository URL and BRANCH):
     ``{"Open in Colab": ..., "Launch Binder": ...}``. The notebooks' link cell and the site's
-    launch bar are both made from it."""
+    launch bar are both made from it. ``folder`` is the notebook's folder in the repository
+    (``notebooks/zh-CN`` for the Chinese edition)."""
     owner_repo = (url or repository_url()).removeprefix("https://github.com/")
+    folder = folder.strip("/")
     return {
         "Open in Colab": (
             f"https://colab.research.google.com/github/{owner_repo}/blob/{BRANCH}"
-            f"/notebooks/{filename}"
+            f"/{folder}/{filename}"
         ),
         "Launch Binder": (
-            f"https://mybinder.org/v2/gh/{owner_repo}/{BRANCH}"
-            f"?urlpath=lab/tree/notebooks/{filename}"
+            f"https://mybinder.org/v2/gh/{owner_repo}/{BRANCH}?urlpath=lab/tree/{folder}/{filename}"
         ),
     }
 
