@@ -117,6 +117,7 @@ def test_the_repositorys_catalogs_pass_and_its_chinese_notebooks_are_what_build_
     assert tn.build(check_only=True) == [], "run: python tools/translate_notebooks.py build"
     names = [path.name for path in chinese_notebook_paths()]
     assert names == sorted(f"{path.stem}.ipynb" for path in tn.CATALOGS.glob("*.po"))
+    assert "00_setup_check.ipynb" in names
     assert not set(chinese_notebook_paths()) & set(notebook_paths()), "English list only"
 
 
