@@ -53,6 +53,7 @@ ROOTS = (
     "mistune",  # tools/build_site.py
     "ruff",  # tests/course/test_repository.py runs `python -m ruff`
     "packaging",  # tools/gpu_suite_checks.py, tests/tools/test_gpu_suite.py
+    "polib",  # tools/translate_notebooks.py: the Chinese edition's catalogs
 )
 """What the suite uses directly (tests/tools/test_gpu_suite.py checks its imports against this)."""
 
@@ -107,6 +108,7 @@ WHEELS = {
     "parso": "0.8.7",
     "pexpect": "4.9.0",
     "platformdirs": "4.14.9",
+    "polib": "1.2.0",
     "prompt-toolkit": "3.0.53",
     "ptyprocess": "0.7.0",
     "pure-eval": "0.2.4",

@@ -3,6 +3,7 @@ committed outputs are made. CPU is the reference, so the run sets GM_DEVICE=cpu.
 
     python tools/run_notebooks.py                      # every notebook
     python tools/run_notebooks.py notebooks/01_*.ipynb # some
+    python tools/run_notebooks.py notebooks/zh-CN/00_setup_check.ipynb  # a Chinese one
 
 It refuses a torch other than the one constraints.txt pins (``--any-torch`` overrides).
 
@@ -29,7 +30,7 @@ from pathlib import Path
 from queue import Empty
 
 import nbformat
-from course import NOTEBOOKS, notebook_paths, pinned_torch, read, write
+from course import notebook_paths, pinned_torch, read, write
 from jupyter_client.manager import KernelManager
 
 TIMEOUT_S = 300  # per cell
@@ -233,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GM_DEVICE"] = "cpu"
     os.environ.pop("GM_STRICT_CHECKS", None)
     for path in args.paths or notebook_paths():
-        write(execute(read(path), NOTEBOOKS), path)
-        print(f"{path.name}: executed")
+        # In the notebook's own folder, as nbval runs it (notebooks/zh-CN/ for the Chinese).
+        write(execute(read(path), path.resolve().parent), path)
+        print(f"{path}: executed")
     return 0
 
 

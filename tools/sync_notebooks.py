@@ -12,6 +12,7 @@ folds its code in JupyterLab (``jupyter.source_hidden``) and makes it a form on 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import nbformat
@@ -23,13 +24,15 @@ NEXT_TAG = "course-next"
 
 SETUP_TITLE = "Course setup (run it first): the helpers, and a torch new enough"
 SETUP_METADATA = {"jupyter": {"source_hidden": True}, "cellView": "form"}
-SETUP_TEMPLATE = """\
-# @title {title} {{ display-mode: "form" }}
+SETUP_ABOUT = """\
 # Written by tools/sync_notebooks.py. On Colab it first fetches the course and installs what
 # Colab lacks. On a torch or Python too old for this notebook it stops with the fix; else it
-# is silent.
+# is silent."""
+SETUP_TEMPLATE = """\
+# @title {title} {{ display-mode: "form" }}
+{about}
 import importlib.util, os, pathlib, subprocess, sys  # noqa: E401, I001
-
+{language}
 URL = "{url}"
 COURSE_REPO = os.environ.get("COURSE_REPO", URL)
 if importlib.util.find_spec("helpers") is None:
@@ -55,11 +58,29 @@ def badges_source(url: str, filename: str) -> str:
     return "**Run it online:** " + " · ".join(f"[{name}]({href})" for name, href in links.items())
 
 
-def setup_source(url: str, notebook: str) -> str:
-    """The setup cell of ``notebook`` (its file name, or the name without ``.ipynb``)."""
+def setup_source(
+    url: str,
+    notebook: str,
+    *,
+    title: str = SETUP_TITLE,
+    about: str = SETUP_ABOUT,
+    language: str | None = None,
+) -> str:
+    """The setup cell of ``notebook`` (its file name, or the name without ``.ipynb``).
+    A translated edition passes its own ``title`` and ``about`` (comment lines) and its
+    ``language`` (``zh_CN``): the cell then sets ``GM_LANG`` to it, unless the environment
+    already does, before the helpers are imported."""
     stem = notebook[: -len(".ipynb")] if notebook.endswith(".ipynb") else notebook
+    if language is not None and not re.fullmatch(r"[a-z]{2}(_[A-Z]{2})?", language):
+        raise ValueError(f"language must be a locale name such as 'zh_CN', got {language!r}")
+    setting = f'\nos.environ.setdefault("GM_LANG", "{language}")' if language else ""
     return SETUP_TEMPLATE.format(
-        title=SETUP_TITLE, url=url, name=url.rsplit("/", 1)[-1], notebook=stem
+        title=title,
+        about=about,
+        language=setting,
+        url=url,
+        name=url.rsplit("/", 1)[-1],
+        notebook=stem,
     )
 
 

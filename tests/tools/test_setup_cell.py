@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import sync_notebooks
+import translate_notebooks
 from course import ROOT, repository_url
 
 AUDITOR_PACKAGE = ROOT / "loop_auditor" / "src" / "loop_auditor"
@@ -44,10 +45,11 @@ HARNESS = textwrap.dedent(
         stopped = None
     except Exception as error:
         stopped = f"{{type(error).__name__}}: {{error}}"
-    import helpers, loop_auditor
+    import helpers, loop_auditor, os
     from loop_auditor import LoopAuditor
     print(json.dumps({{"commands": commands, "helpers": helpers.__file__, "stopped": stopped,
-                      "loop_auditor": loop_auditor.__file__}}))
+                      "loop_auditor": loop_auditor.__file__,
+                      "GM_LANG": os.environ.get("GM_LANG")}}))
     """
 )
 
@@ -91,9 +93,11 @@ def scenario(
     hide: tuple = (),
     notebook="03_gradient_accumulation",
     torch_version=None,
+    source: str | None = None,
 ) -> dict:
-    """The harness for one notebook's setup cell, the folder it runs in and its environment."""
-    source = sync_notebooks.setup_source(repository_url(), notebook)
+    """The harness for one notebook's setup cell (``source``, else the English one), the
+    folder it runs in and its environment."""
+    source = source or sync_notebooks.setup_source(repository_url(), notebook)
     script = HARNESS.format(
         root=str(ROOT),
         auditor_src=str(ROOT / "loop_auditor" / "src"),
@@ -114,6 +118,11 @@ def setup_cell_runs(tmp_path_factory) -> dict:
     on_colab = {"colab": True, "env_repo": str(ROOT)}  # the course cloned from this checkout
     scenarios = {
         "local": scenario(ROOT / "notebooks", colab=False),
+        "local, Chinese": scenario(
+            ROOT / "notebooks" / "zh-CN",
+            colab=False,
+            source=translate_notebooks.chinese_setup(repository_url(), "00_setup_check.ipynb"),
+        ),
         "colab": scenario(tmp_path_factory.mktemp("colab"), **on_colab),
         "colab lacking ipywidgets": scenario(
             tmp_path_factory.mktemp("colab"), **on_colab, hide=("ipywidgets",)
@@ -170,6 +179,16 @@ def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing(setup_c
     # the package in loop_auditor/src, not loop_auditor/ (its distribution's folder, which
     # with the root on sys.path is a namespace package with nothing in it)
     assert report["loop_auditor"] == str(AUDITOR_PACKAGE / "__init__.py")
+    assert report["GM_LANG"] is None
+
+
+def test_in_the_chinese_notebooks_folder_it_finds_the_helpers_and_sets_gm_lang(setup_cell_runs):
+    printed, report = run_setup_cell(setup_cell_runs, "local, Chinese")
+    assert printed == []
+    assert report["commands"] == [] and report["stopped"] is None
+    assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
+    assert report["loop_auditor"] == str(AUDITOR_PACKAGE / "__init__.py")
+    assert report["GM_LANG"] == "zh_CN"
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
