@@ -1,14 +1,16 @@
 """Start the ranks of a one-machine PyTorch program the way ``torchrun`` does, in less time.
 
-    python -m helpers.processes.launcher --nproc 2 --port 29500 MODULE [ARGS ...]
+    python -m helpers.processes.launcher --nproc 2 --port 29500 [--preload M] MODULE [ARGS ...]
 
 Each rank runs ``python -m MODULE ARGS`` with the environment torchrun gives it (``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR=127.0.0.1``,
 ``MASTER_PORT``), so a program that runs here runs under ``torchrun`` unchanged. The
 difference is the start-up: torchrun starts a fresh interpreter per rank, and each imports
 torch and, on its first ``DistributedDataParallel``, ``torch._dynamo`` (about 2 s a rank on
-one slow core). On Linux this launcher imports them once and forks the ranks from itself;
-elsewhere (no safe ``fork``) each rank is a fresh interpreter, as under torchrun.
+one slow core). On Linux this launcher imports the modules named with ``--preload`` once
+(``torch._dynamo`` for a DDP program, which imports torch too; nothing for a program that
+needs no torch) and forks the ranks from itself; elsewhere (no safe ``fork``) each rank is a
+fresh interpreter, as under torchrun.
 
 When a rank fails, the others are stopped and the launcher exits with the failing rank's code.
 With ``--finish-grace S``, ranks still running S seconds after one has finished well are
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 
 FORK_RANKS = sys.platform.startswith("linux")
 
@@ -159,11 +162,17 @@ OUT_OF_STEP = (
 
 
 def run(
-    module: str, args: list[str], world: int, port: int, finish_grace: float | None = None
+    module: str,
+    args: list[str],
+    world: int,
+    port: int,
+    finish_grace: float | None = None,
+    preload: Sequence[str] = (),
 ) -> int:
     """Run ``world`` ranks of ``module``; 0 if all succeed, else the first failing code.
     With ``finish_grace``, ranks still running that long after one has finished well are
-    stopped (exit code 1, with a message saying why)."""
+    stopped (exit code 1, with a message saying why). The modules in ``preload`` are
+    imported before the ranks are forked (what every rank would import anyway)."""
     ranks: dict[int, object] = {}
 
     def stop_all(signum, _frame):
@@ -172,8 +181,9 @@ def run(
 
     signal.signal(signal.SIGTERM, stop_all)  # before any rank exists: none is left behind
     signal.signal(signal.SIGINT, stop_all)
-    if FORK_RANKS:  # what every rank imports anyway, once, before the fork; torch._dynamo
-        importlib.import_module("torch._dynamo")  # is imported by DistributedDataParallel()
+    if FORK_RANKS:  # what every rank imports anyway, once, before the fork
+        for name in preload:
+            importlib.import_module(name)
     _start_ranks(module, args, world, port, ranks)
     running = dict(ranks)
     first_done: tuple[int, float] | None = None  # (rank, when) of the first to finish well
@@ -209,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="stop ranks still running this many seconds after one has finished well",
     )
+    parser.add_argument(
+        "--preload",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE once before forking the ranks (torch._dynamo for a program that "
+        "builds DistributedDataParallel); repeat for more",
+    )
     parser.add_argument("module", help="the program, run as python -m MODULE")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     options = parser.parse_args(argv)
@@ -216,7 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--nproc must be at least 1, got {options.nproc}")
     if options.finish_grace is not None and not options.finish_grace > 0:
         parser.error(f"--finish-grace must be above 0 seconds, got {options.finish_grace}")
-    return run(options.module, options.args, options.nproc, options.port, options.finish_grace)
+    return run(
+        options.module,
+        options.args,
+        options.nproc,
+        options.port,
+        options.finish_grace,
+        options.preload,
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -43,10 +44,15 @@ def pick_backend(nproc: int) -> str:
 
 
 def launcher_command(
-    module: str, nproc: int, args: list[str], port: int, finish_grace: float | None = None
+    module: str,
+    nproc: int,
+    args: list[str],
+    port: int,
+    finish_grace: float | None = None,
+    preload: Sequence[str] = (),
 ) -> list[str]:
     """``python -m helpers.processes.launcher``: ``nproc`` ranks of ``module`` on
-    127.0.0.1:``port``."""
+    127.0.0.1:``port``, the modules in ``preload`` imported before the ranks are forked."""
     grace = [] if finish_grace is None else [f"--finish-grace={finish_grace}"]
     return [
         sys.executable,
@@ -55,9 +61,15 @@ def launcher_command(
         f"--nproc={nproc}",
         f"--port={port}",
         *grace,
+        *(f"--preload={name}" for name in preload),
         module,
         *args,
     ]
+
+
+# What a DDP program's ranks import: DistributedDataParallel() imports torch._dynamo (about
+# 2 CPU-seconds after torch), so the launcher imports it once, before it forks the ranks.
+DDP_PRELOAD = ("torch._dynamo",)
 
 
 def launch(
@@ -66,6 +78,7 @@ def launch(
     nproc: int = 2,
     timeout: float = 120,
     finish_grace: float | None = None,
+    preload: Sequence[str] = DDP_PRELOAD,
 ) -> str:
     """Run ``module`` in ``nproc`` processes (``helpers.processes.launcher``) and return its output.
 
@@ -73,8 +86,14 @@ def launch(
     path, a free port on 127.0.0.1, and their own process group, which is killed as a whole on
     timeout or interrupt. Raises ``RuntimeError`` with the end of the output if the run fails. With
     ``finish_grace`` (seconds), ranks still running that long after one has finished well are
-    stopped, and the run fails saying they were probably waiting in a collective."""
+    stopped, and the run fails saying they were probably waiting in a collective. ``preload``:
+    the modules the launcher imports before it forks the ranks (by default what
+    DistributedDataParallel imports; ``()`` for a program that uses no torch)."""
     positive_int(nproc, "nproc")
+    if isinstance(preload, str) or not all(isinstance(name, str) for name in preload):
+        raise TypeError(
+            f"preload takes module names in a tuple, such as ('torch._dynamo',), got {preload!r}"
+        )
     if finish_grace is not None and (
         isinstance(finish_grace, bool)
         or not isinstance(finish_grace, (int, float))
@@ -97,7 +116,7 @@ def launch(
     if platform.system() == "Darwin":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo0")  # gloo on macOS: use the loopback
     for attempt in (1, 2):  # a port found free can be taken before rank 0 binds it
-        command = launcher_command(module, nproc, args, free_port(), finish_grace)
+        command = launcher_command(module, nproc, args, free_port(), finish_grace, preload)
         process = subprocess.Popen(
             command,
             cwd=ROOT,

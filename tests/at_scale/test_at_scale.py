@@ -240,7 +240,7 @@ def test_a_failing_run_says_why(tmp_path):
     with pytest.raises(
         RuntimeError, match=r"(?s)failed \(exit 1\):\n.*No module named helpers.no_such"
     ):
-        launch("helpers.no_such_module", [], nproc=2, timeout=60)
+        launch("helpers.no_such_module", [], nproc=2, timeout=60, preload=())
 
 
 IDLE_RANKS = """
@@ -262,7 +262,7 @@ def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path, monkeypatch, ca
     monkeypatch.setenv("GM_RANK_STACKS", "1")
     marker = str(tmp_path / "timeout-run")  # in the ranks' command line (forks of the launcher)
     with pytest.raises(RuntimeError, match="took over 12 s and was stopped"):
-        launch("idle_ranks", [marker], timeout=12)
+        launch("idle_ranks", [marker], timeout=12, preload=("torch.distributed",))
     assert wait_until(lambda: not ranks_with(marker), 10), ranks_with(marker)
     err = capfd.readouterr().err
     assert "took over 12 s and was stopped; its output:" in err

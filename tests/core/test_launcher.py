@@ -1,6 +1,7 @@
 """helpers.processes.launcher: ranks started as torchrun starts them, failures and SIGTERM passed
 on, and the DDP program of notebook 06 giving the same counts under the real torchrun."""
 
+import ast
 import json
 import os
 import signal
@@ -239,7 +240,7 @@ def test_a_rank_waiting_in_a_collective_nobody_joins_is_stopped_and_explained(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
     started = time.monotonic()
     with pytest.raises(RuntimeError) as raised:
-        launch("uneven_program", [str(tmp_path)], nproc=2, timeout=60)
+        launch("uneven_program", [str(tmp_path)], nproc=2, timeout=60, preload=("torch",))
     seconds = time.monotonic() - started
     message = str(raised.value)
     assert "the 2-process run failed" in message
@@ -268,7 +269,7 @@ def test_ranks_still_running_after_one_finished_are_stopped_with_finish_grace(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
     started = time.monotonic()
     with pytest.raises(RuntimeError) as raised:
-        launch("late_program", [str(tmp_path)], nproc=2, timeout=60, finish_grace=1)
+        launch("late_program", [str(tmp_path)], timeout=60, finish_grace=1, preload=())
     assert time.monotonic() - started < 20
     message = str(raised.value)
     assert "rank 1 finished 1 s ago but rank 0 is still running" in message
@@ -280,3 +281,26 @@ def test_ranks_still_running_after_one_finished_are_stopped_with_finish_grace(
             os.kill(pid, 0)
     with pytest.raises(ValueError, match="finish_grace must be None or a number"):
         launch("late_program", [], finish_grace=0)
+
+
+def test_the_launcher_imports_the_preloaded_modules_once_before_the_ranks_fork(
+    tmp_path, monkeypatch
+):
+    """A DDP program's launch preloads torch._dynamo (DDP_PRELOAD); a program that needs no
+    torch preloads nothing, and its launch imports no torch."""
+    from helpers.processes.run_ranks import DDP_PRELOAD, launch
+
+    (tmp_path / "modules_program.py").write_text(
+        "import os, pathlib, sys\n"
+        "seen = {name: name in sys.modules for name in ('xml.dom.minidom', 'torch')}\n"
+        "pathlib.Path(sys.argv[1], os.environ['RANK']).write_text(repr(seen))\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT)]))
+    for preload in [("xml.dom.minidom",), ()]:
+        launch("modules_program", [str(tmp_path)], timeout=60, preload=preload)
+        seen = [ast.literal_eval((tmp_path / rank).read_text()) for rank in ("0", "1")]
+        assert seen == [{"xml.dom.minidom": bool(preload), "torch": False}] * 2, seen
+    assert DDP_PRELOAD == ("torch._dynamo",)
+    with pytest.raises(TypeError, match=r"preload takes module names in a tuple"):
+        launch("modules_program", [], preload="torch._dynamo")
