@@ -485,10 +485,11 @@ def ranks_main(argv: list[str]) -> None:
 
 def test_average_tokens_across_devices_on_two_processes(tmp_path):
     pytest.importorskip("transformers")
-    from helpers.processes.run_ranks import launch
+    from helpers.processes.run_ranks import DDP_PRELOAD, launch
 
     out = tmp_path / "trainer-ddp.json"
-    launch("tests.at_scale.test_frameworks_real", [f"--out={out}"], nproc=2, timeout=120)
+    preload = (*DDP_PRELOAD, "transformers.trainer")  # what both ranks import, imported once
+    launch("tests.at_scale.test_frameworks_real", [f"--out={out}"], timeout=120, preload=preload)
     results = json.loads(out.read_text())
     averaged = results["average_tokens_across_devices"]
     assert averaged["world"] == 2 and averaged["steps"] == 3  # windows of 2, 2 and 1 per rank
