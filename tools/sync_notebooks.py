@@ -28,6 +28,11 @@ SETUP_ABOUT = """\
 # Written by tools/sync_notebooks.py. On Colab it first fetches the course and installs what
 # Colab lacks. On a torch or Python too old for this notebook it stops with the fix; else it
 # is silent."""
+# The template's two inline comments, which a translated edition gives in its language.
+SETUP_COMMENTS = {
+    "keep_torch": "never torch: Colab's own build stays",
+    "auditor_path": "the loop auditor's package",
+}
 SETUP_TEMPLATE = """\
 # @title {title} {{ display-mode: "form" }}
 {about}
@@ -41,12 +46,12 @@ if importlib.util.find_spec("helpers") is None:
         if not root.exists():
             subprocess.run(["git", "clone", "-q", "--depth=1", COURSE_REPO, str(root)], check=True)
         lacking = [pkg for pkg in ("matplotlib", "ipywidgets") if not importlib.util.find_spec(pkg)]
-        if lacking:  # never torch: Colab's own build stays
+        if lacking:  # {keep_torch}
             subprocess.run([sys.executable, "-m", "pip", "install", "-q", *lacking], check=True)
     else:
         here = pathlib.Path.cwd().resolve()
         root = next((p for p in (here, *here.parents) if (p / "helpers").is_dir()), here.parent)
-    sys.path[:0] = [str(root), str(root / "loop_auditor" / "src")]  # the loop auditor's package
+    sys.path[:0] = [str(root), str(root / "loop_auditor" / "src")]  # {auditor_path}
 from helpers.versions import stop_unless_supported
 
 stop_unless_supported("{notebook}")"""
@@ -65,11 +70,16 @@ def setup_source(
     title: str = SETUP_TITLE,
     about: str = SETUP_ABOUT,
     language: str | None = None,
+    comments: dict[str, str] | None = None,
 ) -> str:
     """The setup cell of ``notebook`` (its file name, or the name without ``.ipynb``).
-    A translated edition passes its own ``title`` and ``about`` (comment lines) and its
-    ``language`` (``zh_CN``): the cell then sets ``GM_LANG`` to it, unless the environment
-    already does, before the helpers are imported."""
+    A translated edition passes its own ``title``, ``about`` (comment lines) and inline
+    ``comments`` (SETUP_COMMENTS's keys) and its ``language`` (``zh_CN``): the cell then sets
+    ``GM_LANG`` to it, unless the environment already does, before the helpers are imported."""
+    comments = {**SETUP_COMMENTS, **(comments or {})}
+    if set(comments) != set(SETUP_COMMENTS):
+        keys = sorted(SETUP_COMMENTS)
+        raise ValueError(f"comments takes the keys {keys}, got {sorted(comments)}")
     stem = notebook[: -len(".ipynb")] if notebook.endswith(".ipynb") else notebook
     if language is not None and not re.fullmatch(r"[a-z]{2}(_[A-Z]{2})?", language):
         raise ValueError(f"language must be a locale name such as 'zh_CN', got {language!r}")
@@ -81,6 +91,7 @@ def setup_source(
         url=url,
         name=url.rsplit("/", 1)[-1],
         notebook=stem,
+        **comments,
     )
 
 

@@ -70,7 +70,11 @@ SETUP_TITLE = "课程设置（请先运行）：加载 helpers，检查 torch �
 SETUP_ABOUT = """\
 # 由 tools/translate_notebooks.py 按 tools/sync_notebooks.py 的模板生成。
 # 在 Colab 上，它先获取课程代码，并安装 Colab 缺少的包。
-# torch 或 Python 低于本 notebook 的要求时，它停下并给出修复命令；否则什么也不输出。"""
+# torch 或 Python 版本低于本 notebook 的要求时，它会停下并给出修复命令；否则什么也不输出。"""
+SETUP_COMMENTS = {
+    "keep_torch": "不安装 torch：保留 Colab 自带的版本",
+    "auditor_path": "loop auditor 的包",
+}
 NEXT_LABEL = "**下一节：**"
 CODE_NOTE = "code cell: only its comments may be translated; the code must stay the same"
 MARKDOWN_NOTE = "markdown cell"
@@ -557,7 +561,9 @@ def chinese_badges(url: str, name: str) -> str:
 
 
 def chinese_setup(url: str, name: str) -> str:
-    return setup_source(url, name, title=SETUP_TITLE, about=SETUP_ABOUT, language=LANGUAGE)
+    return setup_source(
+        url, name, title=SETUP_TITLE, about=SETUP_ABOUT, language=LANGUAGE, comments=SETUP_COMMENTS
+    )
 
 
 def chinese_next(

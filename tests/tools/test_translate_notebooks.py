@@ -395,3 +395,19 @@ def test_the_setup_cell_refuses_a_language_that_is_no_locale_name():
 
     with pytest.raises(ValueError, match="language must be a locale name such as 'zh_CN'"):
         sync_notebooks.setup_source(URL, "00_demo.ipynb", language="zh-CN; import os")
+
+
+def test_the_chinese_setup_cell_has_no_english_comment_and_runs_the_same_code():
+    import sync_notebooks
+
+    english = sync_notebooks.setup_source(URL, "00_demo.ipynb")
+    chinese = tn.chinese_setup(URL, "00_demo.ipynb")
+    for comment in sync_notebooks.SETUP_COMMENTS.values():
+        assert comment in english and comment not in chinese, comment
+    assert 'os.environ.setdefault("GM_LANG", "zh_CN")' in chinese
+    without_language = sync_notebooks.setup_source(
+        URL, "00_demo.ipynb", title=tn.SETUP_TITLE, about=tn.SETUP_ABOUT, comments=tn.SETUP_COMMENTS
+    )  # the Chinese cell but for GM_LANG: the English code, token for token
+    assert tn.code_without_comments(without_language) == tn.code_without_comments(english)
+    with pytest.raises(ValueError, match=r"comments takes the keys \['auditor_path', 'keep"):
+        sync_notebooks.setup_source(URL, "00_demo.ipynb", comments={"torch": "x"})
