@@ -34,6 +34,7 @@ def test_square_gradient_slider_recomputes():
     assert slider.result == 2.0
     slider.children[0].value = -1.5
     assert slider.result == -3.0
+    assert slider.kwargs == {"w": -1.5}  # what notebook 00 reads to check the moved slider
 
 
 def test_explorer_rejects_a_model_without_parameters(article):
