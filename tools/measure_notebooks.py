@@ -5,14 +5,14 @@ The floor is a notebook that only imports torch, matplotlib and the helpers.
     python tools/measure_notebooks.py                      # table; exit 1 if over budget
     python tools/measure_notebooks.py notebooks/06_*.ipynb # only these (and the floor)
     python tools/measure_notebooks.py --rounds 5           # more rounds: steadier medians
-    python tools/measure_notebooks.py --rounds 4 --cores 2 # 2 rounds at a time (CI)
+    python tools/measure_notebooks.py --rounds 4 --cores 2 # 2 rounds at a time
     python tools/measure_notebooks.py --update-readme      # also write the table into README.md
 
 It measures in rounds (``--rounds``, default 3). Each round runs the floor and then every
 notebook once, each in a fresh child process and kernel, pinned to core 0 (taskset -c 0, where
 taskset exists) with one thread (OMP_NUM_THREADS=1). With ``--cores N``, N rounds run at a
-time, round k on core k mod N, so that a machine's every core measures (CI: 4 rounds on 2
-cores take the time of 2). A notebook's extra time is its wall time
+time, round k on core k mod N, so that every core measures (4 rounds on 2 cores take the
+time of 2). A notebook's extra time is its wall time
 minus the floor's in the same round; its verdict is on that extra time in floors, the extra
 divided by the floor's time of the same round, the median over rounds. So the verdict is
 relative to the floor measured alongside it: a machine slower in everything (a slower CPU)
