@@ -7,6 +7,7 @@ import ast
 import re
 import subprocess
 import sys
+import tomllib
 
 from course import ROOT, notebook_paths, read, repository_url, title
 
@@ -99,6 +100,16 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     command = "python -m pytest"
     assert command in readme and command in ci
+
+
+def test_the_chinese_notebooks_run_in_a_ci_step_of_their_own():
+    """Left out of the README's test command (its 3 minutes), run by CI on their own."""
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "--ignore=notebooks/zh-CN" in options["tool"]["pytest"]["ini_options"]["addopts"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "`python -m pytest -n auto --dist loadfile notebooks/zh-CN`" in readme
+    assert "\npython -m pytest -q -n auto --dist loadfile notebooks/zh-CN\n" in ci
 
 
 def ruff(*args):
