@@ -454,8 +454,8 @@ def test_an_exception_in_one_rank_alone_gets_the_batchs_verdict(folder, judged):
 
 
 def test_a_hang_is_stopped_with_a_clear_message(folder):
-    result = check_capstone(learner_function(folder, HANG), timeout=8)
-    assert not result.passed and "did not finish within 8 s" in result.message, result.message
+    result = check_capstone(learner_function(folder, HANG), timeout=4)
+    assert not result.passed and "did not finish within 4 s" in result.message, result.message
 
 
 def test_a_hang_in_a_batch_ends_its_launch_and_no_other_verdict(folder, monkeypatch, capfd):

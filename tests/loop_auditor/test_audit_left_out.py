@@ -2,18 +2,17 @@
 every ``nn.Parameter`` that received a gradient in ``backward()`` and that no optimizer holds
 at the end, named as its model names it. Frozen parameters, parameters added later with
 ``add_param_group()``, a second optimizer's parameters and tensors that are not parameters stay
-silent. One run of the command as a process; the other cases run a session in this process."""
+silent. The command runs in this process, as its own tests run it (test_audit_command.py); the
+other cases run a session in this process."""
 
 import contextlib
 import gc
 import inspect
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_audit_command import audit_in_process
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.modules import module as torch_module
@@ -92,17 +91,10 @@ LEFT_OUT_FC2 = (
 
 
 def test_the_command_names_the_layer_the_optimizer_left_out(tmp_path):
+    """``python -m loop_auditor train.py``, in this process (the command's own tests start it
+    as a real process, once each way)."""
     (tmp_path / "train.py").write_text(MNIST_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "loop_auditor" / "src")}  # as if installed
-    done = subprocess.run(
-        [sys.executable, "-m", "loop_auditor", "train.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = audit_in_process("train.py", cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert "loop auditor: 1 finding(s) in train.py (1 optimizer, 2 steps):" in done.stderr
     assert LEFT_OUT_FC2 in done.stderr
