@@ -17,14 +17,19 @@ import numbers
 import os
 import re
 import textwrap
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
+from helpers.translation import N_, _, translate
+
 STRICT_ENV_VAR = "GM_STRICT_CHECKS"
-NOT_ANSWERED_PREFIX = "Not answered yet"
-NOT_ANSWERED = f"{NOT_ANSWERED_PREFIX}: replace `...` with your answer and run the cell again."
+# Shown in the language GM_LANG names (helpers/translation.py): correct() and wrong() translate
+# a message marked with N_, as these two are; a translation starts with the prefix's.
+NOT_ANSWERED_PREFIX = N_("Not answered yet")
+NOT_ANSWERED = N_("Not answered yet: replace `...` with your answer and run the cell again.")
 
 
 @dataclass(frozen=True)
@@ -37,12 +42,21 @@ class CheckResult:
     @property
     def unanswered(self) -> bool:
         """The exercise still holds its placeholder ``...``: nothing was judged yet."""
-        return not self.passed and self.message.startswith(NOT_ANSWERED_PREFIX)
+        prefixes = (NOT_ANSWERED_PREFIX, translate(NOT_ANSWERED_PREFIX))
+        return not self.passed and self.message.startswith(prefixes)
+
+    @property
+    def verdict(self) -> str:
+        """ "✅ Correct", "❌ Not yet" or, for an exercise not answered yet, "✏️", in the
+        language of the messages."""
+        if self.unanswered:
+            return "✏️"
+        return _("✅ Correct") if self.passed else _("❌ Not yet")
 
     def __repr__(self) -> str:
         if self.unanswered:
             return f"✏️ {self.message}"
-        return f"{'✅ Correct' if self.passed else '❌ Not yet'}: {self.message}"
+        return _("{verdict}: {message}").format(verdict=self.verdict, message=self.message)
 
     def _repr_html_(self) -> str:
         if self.unanswered:
@@ -50,20 +64,25 @@ class CheckResult:
                 '<div style="border-left: 4px solid #777; padding: 0.3em 0.8em;">'
                 f"✏️ {html.escape(self.message)}</div>"
             )
-        colour, mark = ("#1a7f37", "✅ Correct") if self.passed else ("#b35900", "❌ Not yet")
+        colour = "#1a7f37" if self.passed else "#b35900"
         return (
             f'<div style="border-left: 4px solid {colour}; padding: 0.3em 0.8em;">'
-            f"<b>{mark}</b>: {html.escape(self.message)}</div>"
+            + _("<b>{verdict}</b>: {message}").format(
+                verdict=self.verdict, message=html.escape(self.message)
+            )
+            + "</div>"
         )
 
 
 def correct(message: str) -> CheckResult:
-    """A passing result."""
-    return CheckResult(True, message)
+    """A passing result. A message marked with ``N_`` is translated here."""
+    return CheckResult(True, translate(message))
 
 
 def wrong(message: str) -> CheckResult:
-    """A failing result; raises ``AssertionError`` in strict mode."""
+    """A failing result; raises ``AssertionError`` in strict mode. A message marked with
+    ``N_`` (:data:`NOT_ANSWERED`) is translated here."""
+    message = translate(message)
     if os.environ.get(STRICT_ENV_VAR, "") not in ("", "0"):
         raise AssertionError(message)
     return CheckResult(False, message)
@@ -108,10 +127,18 @@ class LearnerCodeError(Exception):
         self.error, self.meaning = error, meaning
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         super().__init__(
-            f"your function raised {type(error).__name__}"
+            _("your function raised {name}").format(name=type(error).__name__)
             + (f": {text[:300].rstrip('.')}" if text else "")
             + (f". {meaning}" if meaning else "")
         )
+
+
+# Called as observe(checked, args, kwargs, result, seconds) after each outermost call of a
+# checker decorated with :func:`checker` that returned: the test suite reruns those calls with
+# GM_LANG=zh_CN (tests/conftest.py) to check that every verdict it sees in English also reads
+# in Chinese and names the same code, identifiers and numbers.
+OBSERVERS: list[Callable] = []
+_depth = [0]  # checkers running now (a checker may call another)
 
 
 def checker(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
@@ -120,39 +147,61 @@ def checker(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
 
     @functools.wraps(check)
     def checked(*args, **kwargs) -> CheckResult:
+        started = time.perf_counter()
+        _depth[0] += 1
         try:
-            return check(*args, **kwargs)
+            result = check(*args, **kwargs)
         except (AnswerKindError, LearnerCodeError) as error:
-            return wrong(str(error))
+            result = wrong(str(error))
+        finally:
+            _depth[0] -= 1
+        if OBSERVERS and not _depth[0]:
+            for observe in OBSERVERS:
+                observe(checked, args, kwargs, result, time.perf_counter() - started)
+        return result
 
     return checked
 
 
-def as_number(answer: object, what: str = "your answer") -> float:
+def as_number(answer: object, what: str | None = None) -> float:
     """``answer`` as a float. Any real number is accepted: ``int``, ``float``, ``Fraction``,
     ``Decimal``, numpy scalars and zero-dimensional or one-element arrays, and one-element
-    tensors. Anything else raises :class:`AnswerKindError`, which says what is expected."""
+    tensors. Anything else raises :class:`AnswerKindError`, which says what is expected;
+    ``what`` names the answer there (default: "your answer")."""
+    what = _("your answer") if what is None else what
     if isinstance(answer, (torch.Tensor,)) or _is_array_like(answer):
         size = answer.numel() if isinstance(answer, torch.Tensor) else answer.size
         if size != 1:
             raise AnswerKindError(
-                f"{what} must be a single number; got {type(answer).__name__} of shape "
-                f"{tuple(answer.shape)}"
+                _("{what} must be a single number; got {name} of shape {tuple}").format(
+                    what=what, name=type(answer).__name__, tuple=tuple(answer.shape)
+                )
             )
         return as_number(answer.item(), what)
     if isinstance(answer, bool):
-        raise AnswerKindError(f"{what} must be a number such as 17.0, not {answer}")
+        raise AnswerKindError(
+            _("{what} must be a number such as 17.0, not {answer}").format(what=what, answer=answer)
+        )
     if isinstance(answer, (numbers.Real, decimal.Decimal)):
         return float(answer)
     if isinstance(answer, str):
         raise AnswerKindError(
-            f"{what} must be a number such as 17.0, not the string {answer!r}: write the "
-            "number without quotes (a fraction such as 3 / 4 is fine)"
+            _(
+                "{what} must be a number such as 17.0, not the string "
+                "{answer!r}: write the number without quotes (a fraction "
+                "such as 3 / 4 is fine)"
+            ).format(what=what, answer=answer)
         )
     if isinstance(answer, numbers.Complex):
-        raise AnswerKindError(f"{what} must be a real number, not the complex {answer!r}")
+        raise AnswerKindError(
+            _("{what} must be a real number, not the complex {answer!r}").format(
+                what=what, answer=answer
+            )
+        )
     kind = "None" if answer is None else type(answer).__name__
-    raise AnswerKindError(f"{what} must be a number such as 17.0, got {kind}")
+    raise AnswerKindError(
+        _("{what} must be a number such as 17.0, got {kind}").format(what=what, kind=kind)
+    )
 
 
 def _is_array_like(answer: object) -> bool:
@@ -163,13 +212,15 @@ def _is_array_like(answer: object) -> bool:
 def as_function(answer: object, call: str) -> Callable:
     """``answer`` as a function that can be called as ``call``, for example
     ``"train_epoch(model, optimizer, batches)"``; else :class:`AnswerKindError`."""
-    _, parameters = re.fullmatch(r"(\w+)\((.*)\)", call).groups()
+    _name, parameters = re.fullmatch(r"(\w+)\((.*)\)", call).groups()
     parameters = [p.strip() for p in parameters.split(",") if p.strip()]
     if not callable(answer):
         kind = "None" if answer is None else type(answer).__name__
         raise AnswerKindError(
-            f"pass your function itself (its name, without parentheses), got {kind}: the check "
-            f"calls it as {call}"
+            _(
+                "pass your function itself (its name, without parentheses), "
+                "got {kind}: the check calls it as {call}"
+            ).format(kind=kind, call=call)
         )
     try:
         signature = inspect.signature(answer)
@@ -187,13 +238,27 @@ def as_function(answer: object, call: str) -> Callable:
         extra = required[len(parameters) :]
         if extra:
             raise AnswerKindError(
-                f"your function takes {signature}, but it is called as {call}: give "
-                f"{', '.join(extra)} a default value in the def line, or take exactly "
-                f"({', '.join(parameters)})"
+                _(
+                    "your function takes {signature}, but it is called "
+                    "as {call}: give {extra} a default value in the def "
+                    "line, or take exactly ({parameters})"
+                ).format(
+                    signature=signature,
+                    call=call,
+                    extra=", ".join(extra),
+                    parameters=", ".join(parameters),
+                )
             ) from None
         raise AnswerKindError(
-            f"your function takes {signature}, but it is called as {call}: give it "
-            f"{len(parameters)} parameters ({', '.join(parameters)})"
+            _(
+                "your function takes {signature}, but it is called "
+                "as {call}: give it {n_parameters} parameters ({parameters})"
+            ).format(
+                signature=signature,
+                call=call,
+                n_parameters=len(parameters),
+                parameters=", ".join(parameters),
+            )
         ) from None
     return answer
 
@@ -201,53 +266,90 @@ def as_function(answer: object, call: str) -> Callable:
 # What an exception raised inside a learner's loop usually means, by a fragment of its
 # message (first match wins). Checked by tests/core/test_checks.py, one case each.
 MEANINGS = {
-    "backward through the graph a second time": "A second backward() went through a graph "
-    "that the first one freed: compute a fresh loss (a new forward pass) before each "
-    "backward(), or backward once on the summed loss.",
-    "does not require grad and does not have a grad_fn": "backward() was called on a tensor "
-    "with no graph: was the loss computed under torch.no_grad(), detached, or taken with "
-    ".item()?",
-    "No inf checks were recorded for this optimizer": "scaler.step(optimizer) found no "
-    "gradients: did zero_grad() run between backward() and the step, or no backward() at "
-    "all?",
-    "No inf checks were recorded prior to update": "scaler.update() ran without a "
-    "scaler.step(optimizer) before it: step first, then update, once per optimizer step.",
-    "unscale_() is being called after step()": "scaler.update() did not run after the last "
-    "scaler.step(optimizer): update once per window, after the step, before the next "
-    "window's unscale_.",
-    "unscale_() has already been called": "scaler.unscale_(optimizer) ran twice before one "
-    "update(): unscale once per window, after its last backward().",
-    "modified by an inplace operation": "a tensor the backward pass needs was changed in "
-    "place (often by optimizer.step()) before backward(): step only after the backward "
-    "calls that use the old weights.",
-    "grad can be implicitly created only for scalar outputs": "backward() was called on a "
-    "loss with more than one element: reduce it to one number (sum or mean) first.",
-    "cannot be multiplied": "a shape mismatch inside the model: are inputs and targets the "
-    "right way round in `for inputs, targets in ...`?",
-    "not enough values to unpack": "each micro-batch is an (inputs, targets) pair: unpack "
-    "it as `for inputs, targets in micro_batches`.",
-    "too many values to unpack": "each micro-batch is an (inputs, targets) pair: unpack "
-    "it as `for inputs, targets in micro_batches`.",
-    "object is not callable": "something that is not a function was called: check for a "
-    "name reused for a value (loss = loss(...)) or a missing operator.",
-    "Attempted unscale_ but _scale is None": "scaler.unscale_ (or scaler.step) ran with no "
-    "scaler.scale(loss) before it: call backward() on scaler.scale(loss), not on the loss.",
-    "some parameters appear in more than one parameter group": "add_param_group() got "
-    "parameters the optimizer already holds: add only the new layer's, after it is in the "
-    "model.",
-    "Tried to step": "a scheduler was stepped more times than its total_steps: count its "
-    "length in optimizer steps, ceil(n / k) per epoch for n micro-batches, the short last "
-    "window included.",
-    "Expected positive integer total_steps": "total_steps must be an int: use math.ceil(...) "
-    "or //, not /.",
-    "a leaf Variable that requires grad is being used in an in-place operation": "A tensor "
-    "that requires grad was changed in place: cut it from autograd first (requires_grad_(False) "
-    "on a leaf, detach_() on a tensor with a grad_fn), or change it under torch.no_grad().",
-    "you can only change requires_grad flags of leaf variables": "requires_grad_(False) works "
-    "only on a leaf; a tensor with a grad_fn (made with create_graph=True) needs detach_().",
-    "division by zero": "something was divided by zero: a window or a token count of 0?",
-    "is not defined": "a name used in your function is not defined: define it in the "
-    "function, or pass it in as a parameter.",
+    "backward through the graph a second time": N_(
+        "A second backward() went through a graph "
+        "that the first one freed: compute a fresh loss (a new forward pass) before each "
+        "backward(), or backward once on the summed loss."
+    ),
+    "does not require grad and does not have a grad_fn": N_(
+        "backward() was called on a tensor "
+        "with no graph: was the loss computed under torch.no_grad(), detached, or taken with "
+        ".item()?"
+    ),
+    "No inf checks were recorded for this optimizer": N_(
+        "scaler.step(optimizer) found no "
+        "gradients: did zero_grad() run between backward() and the step, or no backward() at "
+        "all?"
+    ),
+    "No inf checks were recorded prior to update": N_(
+        "scaler.update() ran without a "
+        "scaler.step(optimizer) before it: step first, then update, once per optimizer step."
+    ),
+    "unscale_() is being called after step()": N_(
+        "scaler.update() did not run after the last "
+        "scaler.step(optimizer): update once per window, after the step, before the next "
+        "window's unscale_."
+    ),
+    "unscale_() has already been called": N_(
+        "scaler.unscale_(optimizer) ran twice before one "
+        "update(): unscale once per window, after its last backward()."
+    ),
+    "modified by an inplace operation": N_(
+        "a tensor the backward pass needs was changed in "
+        "place (often by optimizer.step()) before backward(): step only after the backward "
+        "calls that use the old weights."
+    ),
+    "grad can be implicitly created only for scalar outputs": N_(
+        "backward() was called on a "
+        "loss with more than one element: reduce it to one number (sum or mean) first."
+    ),
+    "cannot be multiplied": N_(
+        "a shape mismatch inside the model: are inputs and targets the "
+        "right way round in `for inputs, targets in ...`?"
+    ),
+    "not enough values to unpack": N_(
+        "each micro-batch is an (inputs, targets) pair: unpack "
+        "it as `for inputs, targets in micro_batches`."
+    ),
+    "too many values to unpack": N_(
+        "each micro-batch is an (inputs, targets) pair: unpack "
+        "it as `for inputs, targets in micro_batches`."
+    ),
+    "object is not callable": N_(
+        "something that is not a function was called: check for a "
+        "name reused for a value (loss = loss(...)) or a missing operator."
+    ),
+    "Attempted unscale_ but _scale is None": N_(
+        "scaler.unscale_ (or scaler.step) ran with no "
+        "scaler.scale(loss) before it: call backward() on scaler.scale(loss), not on the loss."
+    ),
+    "some parameters appear in more than one parameter group": N_(
+        "add_param_group() got "
+        "parameters the optimizer already holds: add only the new layer's, after it is in the "
+        "model."
+    ),
+    "Tried to step": N_(
+        "a scheduler was stepped more times than its total_steps: count its "
+        "length in optimizer steps, ceil(n / k) per epoch for n micro-batches, the short last "
+        "window included."
+    ),
+    "Expected positive integer total_steps": N_(
+        "total_steps must be an int: use math.ceil(...) or //, not /."
+    ),
+    "a leaf Variable that requires grad is being used in an in-place operation": N_(
+        "A tensor that requires grad was changed in place: cut it from autograd first "
+        "(requires_grad_(False) on a leaf, detach_() on a tensor with a grad_fn), or change "
+        "it under torch.no_grad()."
+    ),
+    "you can only change requires_grad flags of leaf variables": N_(
+        "requires_grad_(False) works "
+        "only on a leaf; a tensor with a grad_fn (made with create_graph=True) needs detach_()."
+    ),
+    "division by zero": N_("something was divided by zero: a window or a token count of 0?"),
+    "is not defined": N_(
+        "a name used in your function is not defined: define it in the "
+        "function, or pass it in as a parameter."
+    ),
 }
 
 
@@ -258,9 +360,9 @@ def call_learner(function: Callable, *args, **kwargs):
         return function(*args, **kwargs)
     except (Exception, SystemExit) as error:  # the learner's code: report, never a traceback
         text = str(error)
-        meaning = next((m for fragment, m in MEANINGS.items() if fragment in text), "")
+        meaning = next((translate(m) for fragment, m in MEANINGS.items() if fragment in text), "")
         if isinstance(error, SystemExit):
-            meaning = "exit() ends the whole program: return from your function instead."
+            meaning = _("exit() ends the whole program: return from your function instead.")
         raise LearnerCodeError(error, meaning) from None
 
 
@@ -281,7 +383,11 @@ def as_names(
         isinstance(item, str) for item in answer
     ):
         kind = "None" if answer is None else type(answer).__name__
-        raise AnswerKindError(f"answer must be a set of names such as {example}, got {kind}")
+        raise AnswerKindError(
+            _("answer must be a set of names such as {example}, got {kind}").format(
+                example=example, kind=kind
+            )
+        )
     spelled = {name.lower(): name for name in names}
     return {spelled.get(item.strip().lower(), item.strip()) for item in answer}
 
@@ -300,11 +406,15 @@ def diagnose_number(
     """Compare a numeric answer. A wrong one gets the hint of the known mistake it equals,
     else ``fallback``."""
     if number_matches(answer, expected):
-        return correct(f"{expected:g} is right.")
+        return correct(_("{expected:g} is right.").format(expected=expected))
     for value, hint in known_mistakes.items():
         if number_matches(answer, value):
-            return wrong(f"{answer:g} is not it. {hint}")
-    return wrong(f"{answer:g} is not it. {fallback}")
+            return wrong(
+                _("{answer:g} is not it. {hint}").format(answer=answer, hint=translate(hint))
+            )
+    return wrong(
+        _("{answer:g} is not it. {fallback}").format(answer=answer, fallback=translate(fallback))
+    )
 
 
 def number_checker(

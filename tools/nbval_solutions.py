@@ -5,8 +5,9 @@ an exercise cell's committed output says it is not answered yet. Right after nbv
 and compared an exercise cell (tag ``exercise``), this plugin runs, in the same kernel, the
 code of the folded solution that follows it (tag ``solution``: one python block), with
 ``GM_STRICT_CHECKS=1`` so that a failing check raises, and requires its result to start with
-"✅ Correct". The cells after it then run with the solution's definitions, as a learner who
-answered would run them, and nbval still compares their outputs with the committed ones.
+"✅ Correct" (or its translation in the Chinese notebooks, whose setup cell sets GM_LANG:
+:func:`correct_verdicts`). The cells after it then run with the solution's definitions, as a
+learner who answered would run them, and nbval still compares their outputs with the committed ones.
 
 One execution of each notebook thus checks its outputs and its solutions (it used to take two:
 nbval, then the notebook again with every exercise replaced by its solution). Enabled in
@@ -21,6 +22,25 @@ from queue import Empty
 import pytest
 
 CORRECT = "✅ Correct"
+
+
+def correct_verdicts() -> tuple[str, ...]:
+    """ "✅ Correct" in every language of the checkers' messages (helpers/translation.py)."""
+    import gettext
+
+    from helpers.translation import _ as course
+    from loop_auditor.language import ENGLISH, LANGUAGES
+
+    return (
+        CORRECT,
+        *(
+            gettext.translation(course.domain, course.folder, languages=[lang]).gettext(CORRECT)
+            for lang in LANGUAGES
+            if lang != ENGLISH
+        ),
+    )
+
+
 STRICT_ON = 'import os as _gm_os; _gm_os.environ["GM_STRICT_CHECKS"] = "1"'
 STRICT_OFF = '_gm_os.environ.pop("GM_STRICT_CHECKS", None); del _gm_os'
 
@@ -81,6 +101,6 @@ def pytest_runtest_call(item):
         run_in_kernel(item, STRICT_OFF)
     if error is not None:
         pytest.fail(f"the exercise's solution raised {error}", pytrace=False)
-    if not shown.startswith(CORRECT):
+    if not shown.startswith(correct_verdicts()):
         pytest.fail(f"the exercise's solution is not accepted: {shown!r}", pytrace=False)
     return result

@@ -27,6 +27,7 @@ from helpers.checks import (
 )
 from helpers.models import flat_weights
 from helpers.spies import ClipSpy, ScalerSpy
+from helpers.translation import N_, _, translate
 
 # Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the first 7
 # backward passes inside it. tests/at_scale/test_at_scale.py runs it: 16 all-reduces per step.
@@ -34,22 +35,36 @@ ALLREDUCE_BUCKETS, ALLREDUCE_K = 2, 8
 check_allreduces = number_checker(
     ALLREDUCE_BUCKETS * ALLREDUCE_K,
     {
-        2: "2 is one all-reduce per bucket, what no_sync() gives when the forward runs "
-        "inside it too. Here every forward runs outside no_sync(): DDP prepares the "
-        "all-reduce in forward(), so every backward synchronizes.",
-        8: "8 is one all-reduce per micro-batch (or section 1's count for k = 4): each "
-        "synchronized backward all-reduces each of the 2 buckets, and there are 8 of them.",
-        14: "14 counts only the 7 backward passes inside no_sync() (7 x 2 buckets): the "
-        "last one synchronizes too, as it would anyway.",
-        7: "7 counts one all-reduce for each backward inside no_sync(): all 8 backward passes "
-        "synchronize, each bucket by bucket (2 buckets).",
-        32: "32 counts the forward passes as all-reduces too: the forward only prepares the "
-        "all-reduce, which runs during backward, once per bucket.",
-        1: "1 would be one synchronized backward with one bucket: DDP all-reduces bucket by "
-        "bucket (2 here), and a forward outside no_sync() makes every backward synchronize.",
+        2: N_(
+            "2 is one all-reduce per bucket, what no_sync() gives when the forward runs "
+            "inside it too. Here every forward runs outside no_sync(): DDP prepares the "
+            "all-reduce in forward(), so every backward synchronizes."
+        ),
+        8: N_(
+            "8 is one all-reduce per micro-batch (or section 1's count for k = 4): each "
+            "synchronized backward all-reduces each of the 2 buckets, and there are 8 of them."
+        ),
+        14: N_(
+            "14 counts only the 7 backward passes inside no_sync() (7 x 2 buckets): the "
+            "last one synchronizes too, as it would anyway."
+        ),
+        7: N_(
+            "7 counts one all-reduce for each backward inside no_sync(): all 8 backward passes "
+            "synchronize, each bucket by bucket (2 buckets)."
+        ),
+        32: N_(
+            "32 counts the forward passes as all-reduces too: the forward only prepares the "
+            "all-reduce, which runs during backward, once per bucket."
+        ),
+        1: N_(
+            "1 would be one synchronized backward with one bucket: DDP all-reduces bucket by "
+            "bucket (2 here), and a forward outside no_sync() makes every backward synchronize."
+        ),
     },
-    "A forward pass outside no_sync() makes its backward synchronize, even inside "
-    "no_sync(): 8 synchronized backward passes, each all-reducing each of the 2 buckets.",
+    N_(
+        "A forward pass outside no_sync() makes its backward synchronize, even inside "
+        "no_sync(): 8 synchronized backward passes, each all-reducing each of the 2 buckets."
+    ),
     doc="Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the "
     "first 7 backward passes inside it: 16 all-reduces per optimizer step.",
 )
@@ -57,18 +72,29 @@ check_allreduces = number_checker(
 check_trainer_window_loss = number_checker(
     2.5,
     {
-        3.0: "3.0 is the mean of the two means, the Trainer's loss before the fix: every "
-        "micro-batch weighs the same, whatever its number of tokens.",
-        6.0: "6.0 adds the two means: the window's loss is divided by its 40 tokens.",
-        100.0: "100 is the sum of the token losses; divide it by num_items_in_batch = 40.",
-        50.0: "50 divides the window's summed token loss (100) by its 2 micro-batches: "
-        "num_items_in_batch counts tokens, 40 of them.",
-        1.5: "1.5 is only the first micro-batch's share (2.0 x 30 / 40): add the second "
-        "one's, 4.0 x 10 / 40.",
-        3.5: "3.5 swaps the weights: the micro-batch with 30 tokens has the mean 2.0, the "
-        "one with 10 tokens 4.0.",
+        3.0: N_(
+            "3.0 is the mean of the two means, the Trainer's loss before the fix: every "
+            "micro-batch weighs the same, whatever its number of tokens."
+        ),
+        6.0: N_("6.0 adds the two means: the window's loss is divided by its 40 tokens."),
+        100.0: N_("100 is the sum of the token losses; divide it by num_items_in_batch = 40."),
+        50.0: N_(
+            "50 divides the window's summed token loss (100) by its 2 micro-batches: "
+            "num_items_in_batch counts tokens, 40 of them."
+        ),
+        1.5: N_(
+            "1.5 is only the first micro-batch's share (2.0 x 30 / 40): add the second "
+            "one's, 4.0 x 10 / 40."
+        ),
+        3.5: N_(
+            "3.5 swaps the weights: the micro-batch with 30 tokens has the mean 2.0, the "
+            "one with 10 tokens 4.0."
+        ),
     },
-    "Sum all token losses of the window (2.0 x 30 + 4.0 x 10), then divide by all its tokens (40).",
+    N_(
+        "Sum all token losses of the window (2.0 x 30 + 4.0 x 10), then divide by all "
+        "its tokens (40)."
+    ),
     doc="Exercise 07.3 (optional): two micro-batches with 30 and 10 counted tokens and mean token "
     "losses 2.0 and 4.0; with num_items_in_batch the window's loss is (2*30 + 4*10) / 40.",
 )
@@ -102,39 +128,51 @@ def amp_setup():
 
 # The loop auditor's findings, as the hint each exercise gives (any other code: its message).
 FINDING_HINTS = {
-    "unscale-after-clip": "the gradients were clipped while still scaled: call "
-    "scaler.unscale_(optimizer) before clip_grad_norm_.",
-    "clip-per-micro-batch": "clip once, after the window's last backward(), not after each.",
-    "step-without-grad": "no backward() reached the model before the step.",
-    "zero-grad-before-step": "zero_grad() is misplaced: the gradients were reset between the "
-    "window's backward() and its step(). Call it at the start of the window (or after the "
-    "step).",
-    "leftover-gradients": "the window's gradients were never stepped: call scaler.step(optimizer).",
-    "missing-zero-grad": "zero_grad() is missing or misplaced: the next window added to the "
-    "last one's gradients. Call optimizer.zero_grad() at the start of each window (or after "
-    "the step).",
-    "scheduler-per-micro-batch": "scheduler.step() ran in the micro-batch loop: step it once "
-    "per window, after the optimizer's step.",
-    "window-length": "the backward passes and the steps do not line up: call "
-    "scaler.scale(loss).backward() once per micro-batch, and step once per window, after its "
-    "last backward().",
+    "unscale-after-clip": N_(
+        "the gradients were clipped while still scaled: call "
+        "scaler.unscale_(optimizer) before clip_grad_norm_."
+    ),
+    "clip-per-micro-batch": N_("clip once, after the window's last backward(), not after each."),
+    "step-without-grad": N_("no backward() reached the model before the step."),
+    "zero-grad-before-step": N_(
+        "zero_grad() is misplaced: the gradients were reset between the "
+        "window's backward() and its step(). Call it at the start of the window (or after the "
+        "step)."
+    ),
+    "leftover-gradients": N_(
+        "the window's gradients were never stepped: call scaler.step(optimizer)."
+    ),
+    "missing-zero-grad": N_(
+        "zero_grad() is missing or misplaced: the next window added to the "
+        "last one's gradients. Call optimizer.zero_grad() at the start of each window (or after "
+        "the step)."
+    ),
+    "scheduler-per-micro-batch": N_(
+        "scheduler.step() ran in the micro-batch loop: step it once "
+        "per window, after the optimizer's step."
+    ),
+    "window-length": N_(
+        "the backward passes and the steps do not line up: call "
+        "scaler.scale(loss).backward() once per micro-batch, and step once per window, after its "
+        "last backward()."
+    ),
 }
-CLIP_PER_MICRO_BATCH = (
+CLIP_PER_MICRO_BATCH = N_(
     "the gradients were clipped after each micro-batch: clip once per window, after its last "
     "backward() and scaler.unscale_(optimizer)."
 )
-MISSING_STEP = (
+MISSING_STEP = N_(
     "scaler.step(optimizer) never ran: the window's gradients were never stepped (the "
     "weights did not move). Once per window: scaler.unscale_(optimizer), clip, "
     "scaler.step(optimizer), then scaler.update()."
 )
-DOUBLE_UNSCALE = (
+DOUBLE_UNSCALE = N_(
     "scaler.unscale_(optimizer) ran twice in one window (torch: 'unscale_() has already been "
     "called on this optimizer since the last update()'): unscale once per window, after its "
     "last backward(), then clip, step and update."
 )
 
-OPTIMIZER_STEP = (
+OPTIMIZER_STEP = N_(
     "optimizer.step() was called instead of scaler.step(optimizer): scaler.step skips a "
     "window whose gradients overflowed (inf/NaN), optimizer.step() writes them into the weights."
 )
@@ -149,47 +187,52 @@ def scaler_error_hint(text: str, calls: list[str]) -> str:
     last_update = max((i for i, call in enumerate(before) if call == "update"), default=-1)
     since = before[last_update + 1 :]  # this window's calls before the failing one
     update_then_step = any(pair == ("update", "step") for pair in itertools.pairwise(before))
-    unscaled_twice = ("unscale_() has already been called", "unscale_() is being called after")
+    unscaled_twice = (
+        "unscale_() has already been called",
+        "unscale_() is being called after",
+    )
     if any(fragment in text for fragment in unscaled_twice):
         if failing == "unscale_" and "unscale_" in since and "step" not in since:
-            return DOUBLE_UNSCALE  # the scaler was never stepped in between: unscaled twice
+            # the scaler was never stepped in between: unscaled twice
+            return translate(DOUBLE_UNSCALE)
         if "update" not in calls:
-            return (
-                "scaler.update() is missing: call it once per window, after "
-                "scaler.step(optimizer). Without it the scale never changes, and the next "
-                f"window's unscale_ fails ({text.split(': ', 1)[-1].split('.')[0]})."
-            )
+            return _(
+                "scaler.update() is missing: call it once per window, "
+                "after scaler.step(optimizer). Without it the scale "
+                "never changes, and the next window's unscale_ fails "
+                "({split})."
+            ).format(split=text.split(": ", 1)[-1].split(".")[0])
         if update_then_step:
-            return (
+            return _(
                 "scaler.update() ran before scaler.step(optimizer): step first, then update, "
                 "once per window (else the next window's unscale_ fails)."
             )
         return text
     if "step() has already been called since the last update()" in text and "update" not in calls:
-        return (
+        return _(
             "scaler.update() is missing: call it once per window, after scaler.step(optimizer) "
             "(without it the next window's step fails)."
         )
     if "No inf checks were recorded" in text:
         if failing == "update" and before and not since:
-            return (
+            return _(
                 "scaler.update() ran twice in a row ('No inf checks were recorded' for the "
                 "second): update once per window, right after scaler.step(optimizer)."
             )
         if "optimizer.step" in since:
-            return OPTIMIZER_STEP + " (update() then finds no inf check to use.)"
+            return translate(OPTIMIZER_STEP) + _(" (update() then finds no inf check to use.)")
         if failing == "step":
-            return (
+            return _(
                 "scaler.step found no gradients to check: zero_grad() is misplaced, it reset "
                 "the window's gradients before the step. Call it at the start of the window "
                 "(or after the step)."
             )
         if "unscale_" in since:
-            return (
+            return _(
                 "scaler.update() ran before scaler.step(optimizer) ('No inf checks were "
                 "recorded'): step first, then update, once per window."
             )
-        return (
+        return _(
             "scaler.update() ran after a micro-batch, with no scaler.step(optimizer) before "
             "it ('No inf checks were recorded'): update once per window, after the step."
         )
@@ -203,14 +246,19 @@ def calls_hint(calls: list[str], windows: int) -> str | None:
     and windows of 1); or None."""
     steps = calls.count("step") + calls.count("optimizer.step")
     if "scale" in calls and steps == 0:
-        return MISSING_STEP
+        return translate(MISSING_STEP)
     if steps > windows:
-        every = "every micro-batch" if steps >= calls.count("scale") else "more than once a window"
-        return (
-            f"the optimizer stepped {steps} times for {windows} windows, {every}. In the "
-            "micro-batch loop only scale the loss and call backward(); after it, once per "
-            "window: unscale_, clip, scaler.step(optimizer), scaler.update()."
+        every = (
+            _("every micro-batch")
+            if steps >= calls.count("scale")
+            else _("more than once a window")
         )
+        return _(
+            "the optimizer stepped {steps} times for {windows} "
+            "windows, {every}. In the micro-batch loop only scale "
+            "the loss and call backward(); after it, once per window: "
+            "unscale_, clip, scaler.step(optimizer), scaler.update()."
+        ).format(steps=steps, windows=windows, every=every)
     return None
 
 
@@ -232,11 +280,11 @@ def finding_hint(findings, calls: list[str] | None = None, windows: int = 0, hin
             return root
         steps = calls.count("step") + calls.count("optimizer.step")
         if "leftover-gradients" in codes and steps < windows:
-            return hints["leftover-gradients"]
+            return translate(hints["leftover-gradients"])
     if "clip-per-micro-batch" in codes:
-        return CLIP_PER_MICRO_BATCH
+        return translate(CLIP_PER_MICRO_BATCH)
     code, message = pairs[0]
-    return hints.get(code, f"{code}: {message}")
+    return translate(hints[code]) if code in hints else f"{code}: {message}"
 
 
 def _placeholder_left(function: Callable) -> bool:
@@ -249,16 +297,22 @@ def _placeholder_left(function: Callable) -> bool:
 AMP_RTOL, AMP_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7 (README)
 AMP_MAX_NORM = 1.0
 AMP_MISTAKES = {
-    "micro-batch count": "each micro-batch's mean loss was divided by the number of "
-    "micro-batches (len(window)): the third window's micro-batches hold 12, 8 and 4 samples, "
-    "and that gives the 4 samples of the last as much weight as the 12 of the first. Weight "
-    "each by its share of the window's samples: F.mse_loss(...) * len(targets) / samples, "
-    "with samples the window's total.",
-    "no division": "each micro-batch's loss must be weighted by its share of the window's "
-    "samples (len(targets) / samples, the window's total): without it the window's gradient "
-    "is the sum, not the mean, of its micro-batches' gradients.",
-    "no clip": "the accumulated gradient was not clipped: after scaler.unscale_(optimizer), "
-    "nn.utils.clip_grad_norm_(model.parameters(), 1.0), once per window.",
+    "micro-batch count": N_(
+        "each micro-batch's mean loss was divided by the number of "
+        "micro-batches (len(window)): the third window's micro-batches hold 12, 8 and 4 samples, "
+        "and that gives the 4 samples of the last as much weight as the 12 of the first. Weight "
+        "each by its share of the window's samples: F.mse_loss(...) * len(targets) / samples, "
+        "with samples the window's total."
+    ),
+    "no division": N_(
+        "each micro-batch's loss must be weighted by its share of the window's "
+        "samples (len(targets) / samples, the window's total): without it the window's gradient "
+        "is the sum, not the mean, of its micro-batches' gradients."
+    ),
+    "no clip": N_(
+        "the accumulated gradient was not clipped: after scaler.unscale_(optimizer), "
+        "nn.utils.clip_grad_norm_(model.parameters(), 1.0), once per window."
+    ),
 }
 
 
@@ -293,7 +347,7 @@ def check_amp_window(amp_window: object) -> CheckResult:
         return wrong(NOT_ANSWERED)
     amp_window = as_function(amp_window, AMP_CALL)
     if _placeholder_left(amp_window):
-        return wrong("your function still has `...` in it: replace each one with code.")
+        return wrong(_("your function still has `...` in it: replace each one with code."))
     model, optimizer, scaler, windows = amp_setup()
     reference, ref_scaler = _amp_reference(windows)
     start = flat_weights(model)
@@ -328,38 +382,48 @@ def check_amp_window(amp_window: object) -> CheckResult:
     if "optimizer.step" in spy.calls or not torch.isfinite(got).all():
         return wrong(OPTIMIZER_STEP)
     if torch.equal(got, start):
-        return wrong("the weights did not move: did scaler.step(optimizer) run?")
+        return wrong(_("the weights did not move: did scaler.step(optimizer) run?"))
     if spy.calls.count("update") != len(windows):
         return wrong(
-            f"scaler.update() ran {spy.calls.count('update')} times over {len(windows)} "
-            "windows: once per window, after scaler.step(optimizer)."
+            _(
+                "scaler.update() ran {count} times over {n_windows} "
+                "windows: once per window, after scaler.step(optimizer)."
+            ).format(count=spy.calls.count("update"), n_windows=len(windows))
         )
     if not torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
         norms = sorted({n for n in clips.norms if n != AMP_MAX_NORM and not math.isinf(n)})
         if norms:
             return wrong(
-                f"the gradient was clipped at max_norm={norms[0]}: clip the unscaled "
-                f"gradient to max_norm={AMP_MAX_NORM}, once per window."
+                _(
+                    "the gradient was clipped at max_norm={norms}: clip "
+                    "the unscaled gradient to max_norm={AMP_MAX_NORM}, "
+                    "once per window."
+                ).format(norms=norms[0], AMP_MAX_NORM=AMP_MAX_NORM)
             )
         for mistake, hint in AMP_MISTAKES.items():
             if torch.allclose(got, _amp_reference(windows, mistake), rtol=1e-4, atol=1e-5):
                 if mistake == "no clip" and clips.norms:
-                    hint = (
+                    hint = _(
                         "clip_grad_norm_ ran, but its clipping did not reach the step: clip "
                         "after scaler.unscale_(optimizer) and before scaler.step(optimizer)."
                     )
                 return wrong(hint)
         moved, should = (got - start).norm().item(), (expected - start).norm().item()
         return wrong(
-            f"the weights moved by {moved:.4g}, the course's windows by {should:.4g}: scale "
-            "each micro-batch loss (weighted by its share of the window's samples), unscale_ "
-            "once, clip to 1.0, step and update once."
+            _(
+                "the weights moved by {moved:.4g}, the course's windows "
+                "by {should:.4g}: scale each micro-batch loss (weighted "
+                "by its share of the window's samples), unscale_ once, "
+                "clip to 1.0, step and update once."
+            ).format(moved=moved, should=should)
         )
     if scaler.get_scale() != ref_scaler.get_scale():
-        return wrong("the scale changed differently: call scaler.update() exactly once.")
+        return wrong(_("the scale changed differently: call scaler.update() exactly once."))
     return correct(
-        "one scale per window, unscaled once, clipped once, one step and update; the "
-        "overflowing window was skipped and the scale halved."
+        _(
+            "one scale per window, unscaled once, clipped once, one step and update; the "
+            "overflowing window was skipped and the scale halved."
+        )
     )
 
 
@@ -368,17 +432,24 @@ def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor
     its last micro-batch's)."""
     if torch.allclose(got, expected, rtol=AMP_RTOL, atol=AMP_ATOL):
         return correct(
-            "one backward() of the window's summed loss: its gradient is right (each forward "
-            "in its own autocast block), and the overflowing window was skipped. But it holds "
-            "every micro-batch's graph in memory until that backward, which is not "
-            "accumulation: a backward per micro-batch frees each graph as it goes."
+            _(
+                "one backward() of the window's summed loss: its gradient is right (each forward "
+                "in its own autocast block), and the overflowing window was skipped. But it holds "
+                "every micro-batch's graph in memory until that backward, which is not "
+                "accumulation: a backward per micro-batch frees each graph as it goes."
+            )
         )
     off = ((got - expected).norm() / (expected - start).norm()).item()
     return wrong(
-        f"one backward() per window, and the weights are {off:.2%} (of the distance they "
-        "moved) away from the course's: backward once per micro-batch, "
-        "scaler.scale(loss).backward() inside the loop, so that each micro-batch's gradient "
-        "adds up in the float32 .grad. A backward after the loop sees only the last "
-        "micro-batch's loss; on the window's summed loss, forwards that share one autocast "
-        "block add their gradients in bfloat16 (its cached bfloat16 copies of the weights)."
+        _(
+            "one backward() per window, and the weights are {off:.2%} "
+            "(of the distance they moved) away from the course's: "
+            "backward once per micro-batch, scaler.scale(loss).backward() "
+            "inside the loop, so that each micro-batch's gradient "
+            "adds up in the float32 .grad. A backward after the "
+            "loop sees only the last micro-batch's loss; on the "
+            "window's summed loss, forwards that share one autocast "
+            "block add their gradients in bfloat16 (its cached "
+            "bfloat16 copies of the weights)."
+        ).format(off=off)
     )

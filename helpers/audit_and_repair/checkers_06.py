@@ -62,62 +62,92 @@ from helpers.checks import (
 from helpers.data import make_teacher_batches
 from helpers.loop_runs import audited_run
 from helpers.pitfalls.buggy_loops import accumulate_clipping, train
+from helpers.translation import N_, _, translate
 
 # ---------------------------------------------------------------- what is still wrong
 
 # For each finding the auditor can still report, the mistake and its fix (a loop's own
 # wording first, else the general one).
 FIXES = {
-    "missing-zero-grad": "a step used gradients that an earlier step had already used: "
-    "zero them once per window, after step() (or before the window's first backward())",
-    "zero-grad-before-step": "zero_grad() runs between a backward() and the step() that "
-    "needs its gradients: zero after step(), or before the next backward()",
-    "step-without-grad": "a step() ran with no backward() since the step before it: step "
-    "once per window, after the window's backward() calls",
-    "window-length": "the steps do not use windows of k=4 backward() calls: one backward() "
-    "per micro-batch, a step after every 4th one (counting from 1), and one more step on "
-    "the short tail",
-    "cross-network-leak": "another network's loss wrote into these gradients: zero them "
-    "right before this network's own backward(), or detach what the other network made",
-    "scheduler-per-micro-batch": "scheduler.step() runs more often than optimizer.step(): "
-    "call it once per window, right after optimizer.step()",
-    "clip-per-micro-batch": "clip_grad_norm_ still runs after a backward() that no step() "
-    "follows, so it shrinks a window's partial sum: clip once per window, after its last "
-    "backward(), right before step()",
-    "unscale-after-clip": "clip_grad_norm_ ran on gradients still multiplied by the "
-    "GradScaler's scale, so max_norm=1.0 capped the wrong numbers: call "
-    "scaler.unscale_(optimizer) first, then clip",
-    "graph-kept-alive": "a loss tensor outlives its iteration (`running_loss += loss`, or a "
-    "list of losses), and with it that iteration's whole graph: keep loss.item() (or "
-    "loss.detach()) instead",
-    "params-not-in-optimizer": "parameters get gradients but are in no param group of the "
-    "optimizer, so step() never moves them: build the optimizer after the model is "
-    "complete, or add_param_group() for new layers",
-    "leftover-gradients": "the loop ends with backward() calls that no step() used: step "
-    "once more on the short last window",
+    "missing-zero-grad": N_(
+        "a step used gradients that an earlier step had already used: "
+        "zero them once per window, after step() (or before the window's first backward())"
+    ),
+    "zero-grad-before-step": N_(
+        "zero_grad() runs between a backward() and the step() that "
+        "needs its gradients: zero after step(), or before the next backward()"
+    ),
+    "step-without-grad": N_(
+        "a step() ran with no backward() since the step before it: step "
+        "once per window, after the window's backward() calls"
+    ),
+    "window-length": N_(
+        "the steps do not use windows of k=4 backward() calls: one backward() "
+        "per micro-batch, a step after every 4th one (counting from 1), and one more step on "
+        "the short tail"
+    ),
+    "cross-network-leak": N_(
+        "another network's loss wrote into these gradients: zero them "
+        "right before this network's own backward(), or detach what the other network made"
+    ),
+    "scheduler-per-micro-batch": N_(
+        "scheduler.step() runs more often than optimizer.step(): "
+        "call it once per window, right after optimizer.step()"
+    ),
+    "clip-per-micro-batch": N_(
+        "clip_grad_norm_ still runs after a backward() that no step() "
+        "follows, so it shrinks a window's partial sum: clip once per window, after its last "
+        "backward(), right before step()"
+    ),
+    "unscale-after-clip": N_(
+        "clip_grad_norm_ ran on gradients still multiplied by the "
+        "GradScaler's scale, so max_norm=1.0 capped the wrong numbers: call "
+        "scaler.unscale_(optimizer) first, then clip"
+    ),
+    "graph-kept-alive": N_(
+        "a loss tensor outlives its iteration (`running_loss += loss`, or a "
+        "list of losses), and with it that iteration's whole graph: keep loss.item() (or "
+        "loss.detach()) instead"
+    ),
+    "params-not-in-optimizer": N_(
+        "parameters get gradients but are in no param group of the "
+        "optimizer, so step() never moves them: build the optimizer after the model is "
+        "complete, or add_param_group() for new layers"
+    ),
+    "leftover-gradients": N_(
+        "the loop ends with backward() calls that no step() used: step "
+        "once more on the short last window"
+    ),
 }
 LOOP_FIXES = {
     "B": {
-        "leftover-gradients": "the last 2 of the 10 micro-batches (4 + 4 + 2) are never "
-        "stepped: step once more on that short window, its losses divided by its real "
-        "length, 2",
+        "leftover-gradients": N_(
+            "the last 2 of the 10 micro-batches (4 + 4 + 2) are never "
+            "stepped: step once more on that short window, its losses divided by its real "
+            "length, 2"
+        ),
     },
     "C": {
-        "leftover-gradients": "the last 2 of the 10 micro-batches (4 + 4 + 2) are never "
-        "stepped: step once more on that short window, its losses divided by its real "
-        "length, 2",
+        "leftover-gradients": N_(
+            "the last 2 of the 10 micro-batches (4 + 4 + 2) are never "
+            "stepped: step once more on that short window, its losses divided by its real "
+            "length, 2"
+        ),
     },
     "D": {
-        "params-not-in-optimizer": "the new head gets gradients but is in no param group "
-        "of `optimizer`, so it never moves: add it, optimizer.add_param_group({'params': "
-        "model[-1].parameters()}), or keep the head the optimizer already holds and "
-        "re-initialize it in place, model[-1].reset_parameters()",
+        "params-not-in-optimizer": N_(
+            "the new head gets gradients but is in no param group "
+            "of `optimizer`, so it never moves: add it, optimizer.add_param_group({'params': "
+            "model[-1].parameters()}), or keep the head the optimizer already holds and "
+            "re-initialize it in place, model[-1].reset_parameters()"
+        ),
     },
 }
 
 
 def _fix(name: str, code: str) -> str:
-    return LOOP_FIXES.get(name, {}).get(code) or FIXES.get(code) or CODES.get(code, code)
+    fix = LOOP_FIXES.get(name, {}).get(code) or FIXES.get(code)
+    return translate(fix) if fix else CODES.get(code, code)
 
 
 def _which(code: str, mine: Trace) -> str:
@@ -127,10 +157,12 @@ def _which(code: str, mine: Trace) -> str:
     outside = {
         param
         for step in mine.steps
-        for param, (grad, _, settings) in step.items()
+        for param, (grad, _weight, settings) in step.items()
         if grad is not None and settings is None
     }
-    return f" (in no group: {', '.join(sorted(outside))})" if outside else ""
+    return (
+        _(" (in no group: {outside})").format(outside=", ".join(sorted(outside))) if outside else ""
+    )
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -202,12 +234,16 @@ def _repaired_b_with(divide_by: str) -> Callable:
 # Loop B's division mistakes, each told by running the correct loop with it: clipping cuts
 # a window's gradient down to norm 5, so a ratio of gradients cannot show the division.
 B_DIVISION_MISTAKES = {
-    "nothing": "its losses are not divided at all, so each step used the sum of its "
-    "window's gradients, 4 times their mean on a full window (the clip then cut it down "
-    "to norm 5, which hides how large it was): divide each loss by its window's length, "
-    "4, 4 and 2",
-    "k": "the short last window's losses must be divided by its real length, 2, not by "
-    "k=4: divided by 4 it got half its gradient",
+    "nothing": N_(
+        "its losses are not divided at all, so each step used the sum of its "
+        "window's gradients, 4 times their mean on a full window (the clip then cut it down "
+        "to norm 5, which hides how large it was): divide each loss by its window's length, "
+        "4, 4 and 2"
+    ),
+    "k": N_(
+        "the short last window's losses must be divided by its real length, 2, not by "
+        "k=4: divided by 4 it got half its gradient"
+    ),
 }
 
 
@@ -217,8 +253,8 @@ def _division_mistake(divide_by: str) -> Trace:
 
 
 CLIP_PLACE = {
-    "B": "once per window, after its last backward() and before optimizer.step()",
-    "E": "after scaler.unscale_(optimizer) and before scaler.step(optimizer)",
+    "B": N_("once per window, after its last backward() and before optimizer.step()"),
+    "E": N_("after scaler.unscale_(optimizer) and before scaler.step(optimizer)"),
 }
 
 
@@ -228,31 +264,39 @@ def _clip_hint(name: str, step: int, m: dict, r: dict, mine: Trace) -> str | Non
     if name not in MAX_NORM:
         return None
     limit = MAX_NORM[name]
-    used = f"step {step} used a gradient of norm {_norm(m):.4g}, the correct loop's {_norm(r):.4g}"
+    used = _("step {step} used a gradient of norm {m:.4g}, the correct loop's {r:.4g}").format(
+        step=step, m=_norm(m), r=_norm(r)
+    )
     for call in mine.clips:
         if not _equal(call["max_norm"], limit):
-            return (
-                f"clip_grad_norm_ ran with max_norm={_fmt(call['max_norm'])} where loop {name} "
-                f"clips at max_norm={limit:g}, so {used}: keep max_norm={limit:g}"
-            )
+            return _(
+                "clip_grad_norm_ ran with max_norm={value} where loop "
+                "{name} clips at max_norm={limit:g}, so {used}: keep "
+                "max_norm={limit:g}"
+            ).format(value=_fmt(call["max_norm"]), name=name, limit=limit, used=used)
         if not _equal(call["norm_type"], 2.0):
-            return (
-                f"clip_grad_norm_ ran with norm_type={_fmt(call['norm_type'])} where loop "
-                f"{name} clips the 2-norm (norm_type=2, the default), so {used}"
-            )
+            return _(
+                "clip_grad_norm_ ran with norm_type={value} where loop "
+                "{name} clips the 2-norm (norm_type=2, the default), "
+                "so {used}"
+            ).format(value=_fmt(call["norm_type"]), name=name, used=used)
     if _norm(m) <= limit * (1 + 1e-3):
         return None
-    over = f"step {step} used a gradient of norm {_norm(m):.4g}, more than max_norm={limit:g}"
+    over = _("step {step} used a gradient of norm {m:.4g}, more than max_norm={limit:g}").format(
+        step=step, m=_norm(m), limit=limit
+    )
     step_call = "optimizer.step()" if name == "B" else "scaler.step(optimizer)"
     if mine.clips:
-        return (
-            f"{over}: clip_grad_norm_ ran, but only after {step_call} had used the "
-            f"gradients, so it clipped nothing that mattered. Clip {CLIP_PLACE[name]}"
-        )
-    return (
-        f"{over}: nothing clipped it, no clip_grad_norm_ ran. Call "
-        f"nn.utils.clip_grad_norm_(model.parameters(), max_norm={limit:g}) {CLIP_PLACE[name]}"
-    )
+        return _(
+            "{over}: clip_grad_norm_ ran, but only after {step_call} "
+            "had used the gradients, so it clipped nothing that "
+            "mattered. Clip {CLIP_PLACE}"
+        ).format(over=over, step_call=step_call, CLIP_PLACE=translate(CLIP_PLACE[name]))
+    return _(
+        "{over}: nothing clipped it, no clip_grad_norm_ ran. "
+        "Call nn.utils.clip_grad_norm_(model.parameters(), "
+        "max_norm={limit:g}) {CLIP_PLACE}"
+    ).format(over=over, limit=limit, CLIP_PLACE=translate(CLIP_PLACE[name]))
 
 
 def _window_hint(name: str, step: int, mine: Trace, m: dict, r: dict) -> str:
@@ -261,48 +305,61 @@ def _window_hint(name: str, step: int, mine: Trace, m: dict, r: dict) -> str:
     if clip is not None:
         return clip
     n = WINDOWS[name][step - 1]
-    what = f"step {step} (a window of {n} micro-batches)" if name in ("B", "C") else f"step {step}"
-    used = f"{what} used a gradient of norm {_norm(m):.4g}, the correct loop's {_norm(r):.4g}"
+    what = (
+        _("step {step} (a window of {n} micro-batches)").format(step=step, n=n)
+        if name in ("B", "C")
+        else _("step {step}").format(step=step)
+    )
+    used = _("{what} used a gradient of norm {m:.4g}, the correct loop's {r:.4g}").format(
+        what=what, m=_norm(m), r=_norm(r)
+    )
     if name == "B":
         for divide_by, hint in B_DIVISION_MISTAKES.items():
             if _same_run(mine, _division_mistake(divide_by)):
-                return f"{used}: {hint}"
+                return _("{used}: {hint}").format(used=used, hint=translate(hint))
         if max(_norm(m), _norm(r)) >= MAX_NORM["B"] * (1 - 1e-3):  # clipped: no ratio
-            return (
-                f"{used}: divide each loss by its window's length (4, 4 and 2), one "
-                "backward() per micro-batch, then clip once and step"
-            )
+            return _(
+                "{used}: divide each loss by its window's length (4, "
+                "4 and 2), one backward() per micro-batch, then clip "
+                "once and step"
+            ).format(used=used)
     ratio = _ratio(m, r)
     if name in ("B", "C"):
         if ratio is not None and math.isclose(n / ratio, K, rel_tol=1e-3) and n < K:
-            return (
-                f"{used}, {ratio:.2g} times it: the short last window is divided by k={K}, "
-                f"not by its real length {n}, so it gets {ratio:.2g} of its gradient. The "
-                "auditor cannot see what a loss was divided by; the gradients show it"
-            )
+            return _(
+                "{used}, {ratio:.2g} times it: the short last window "
+                "is divided by k={K}, not by its real length {n}, so "
+                "it gets {ratio:.2g} of its gradient. The auditor cannot "
+                "see what a loss was divided by; the gradients show "
+                "it"
+            ).format(used=used, ratio=ratio, K=K, n=n)
         if ratio is not None and math.isclose(n / ratio, 1, rel_tol=1e-3):
-            return (
-                f"{used}, {ratio:.3g} times it: its losses are not divided at all, so the "
-                f"step uses their sum: divide each by {n}, the window's length"
-            )
+            return _(
+                "{used}, {ratio:.3g} times it: its losses are not divided "
+                "at all, so the step uses their sum: divide each by "
+                "{n}, the window's length"
+            ).format(used=used, ratio=ratio, n=n)
         if ratio is not None:
-            return (
-                f"{used}: its losses were divided by {n / ratio:.3g} instead of {n}, the "
-                "number of micro-batches in that window"
-            )
-        return f"{used}: divide each loss by its window's length, one backward() each"
-    if name == "E" and _norm(m) < MAX_NORM["E"] * (1 - 1e-3):
-        return (
-            f"{used}: unscale_ divided by the scale gradients that were never "
-            "multiplied by it. backward() must run on scaler.scale(loss)"
+            return _(
+                "{used}: its losses were divided by {value:.3g} instead "
+                "of {n}, the number of micro-batches in that window"
+            ).format(used=used, value=n / ratio, n=n)
+        return _("{used}: divide each loss by its window's length, one backward() each").format(
+            used=used
         )
+    if name == "E" and _norm(m) < MAX_NORM["E"] * (1 - 1e-3):
+        return _(
+            "{used}: unscale_ divided by the scale gradients that "
+            "were never multiplied by it. backward() must run on "
+            "scaler.scale(loss)"
+        ).format(used=used)
     return used
 
 
 def _describe(settings: dict | None, other: dict | None) -> str:
     """A param group's settings, those that differ from ``other`` first."""
     if settings is None:
-        return "no param group"
+        return _("no param group")
     keys = [key for key in settings if other is None or not _equal(settings[key], other[key])]
     return ", ".join(f"{key}={_fmt(settings[key])}" for key in keys or settings)
 
@@ -314,30 +371,42 @@ def _same_settings(a: dict | None, b: dict | None) -> bool:
 
 
 START_HINTS = {
-    "D": "make the new head as loop D does, model[-1] = nn.Linear(16, 1) (or reset the "
-    "old one with model[-1].reset_parameters()), and nothing else random before it",
+    "D": N_(
+        "make the new head as loop D does, model[-1] = nn.Linear(16, 1) (or reset the "
+        "old one with model[-1].reset_parameters()), and nothing else random before it"
+    ),
 }
 SETTINGS_HINTS = {
-    "D": "The new head must train with the optimizer's settings (lr=0.01, momentum=0.9): "
-    "add_param_group fills them in when you leave them out",
+    "D": N_(
+        "The new head must train with the optimizer's settings (lr=0.01, momentum=0.9): "
+        "add_param_group fills them in when you leave them out"
+    ),
 }
 LAYOUT_HINTS = {
-    "D": "Keep the new head as loop D makes it, model[-1] = nn.Linear(16, 1), with its "
-    "weight and its bias, and change no other layer",
+    "D": N_(
+        "Keep the new head as loop D makes it, model[-1] = nn.Linear(16, 1), with its "
+        "weight and its bias, and change no other layer"
+    ),
 }
 FROZEN_HINTS = {
     "D": {
-        "trunk": "Loop D fine-tunes the whole model on the new task: the trunk keeps "
-        "training beside the new head. Leave requires_grad as it is, and only add the new "
-        "head to the optimizer",
-        "head": "The new head must train: leave requires_grad as it is, and add the head "
-        "to the optimizer",
+        "trunk": N_(
+            "Loop D fine-tunes the whole model on the new task: the trunk keeps "
+            "training beside the new head. Leave requires_grad as it is, and only add the new "
+            "head to the optimizer"
+        ),
+        "head": N_(
+            "The new head must train: leave requires_grad as it is, and add the head "
+            "to the optimizer"
+        ),
     },
 }
 REPLACED_HINTS = {
-    "D": "the head is replaced in every iteration, so each step trains a fresh random head "
-    "that the next iteration throws away (the optimizer keeps stepping the old ones): make "
-    "the new head once, before the loop",
+    "D": N_(
+        "the head is replaced in every iteration, so each step trains a fresh random head "
+        "that the next iteration throws away (the optimizer keeps stepping the old ones): make "
+        "the new head once, before the loop"
+    ),
 }
 
 
@@ -357,24 +426,36 @@ def _layout_hint(name: str, mine: dict, ref: dict) -> str:
     missing = [p for p in ref if p not in mine]
     extra = [p for p in mine if p not in ref]
     if missing:
-        parts.append(f"yours lacks {', '.join(missing)}")
+        parts.append(_("yours lacks {missing}").format(missing=", ".join(missing)))
     if extra:
-        parts.append(f"yours has {', '.join(extra)}, which the correct loop's model does not")
+        parts.append(
+            _("yours has {extra}, which the correct loop's model does not").format(
+                extra=", ".join(extra)
+            )
+        )
     for p in ref:
         if p in mine and mine[p] != ref[p]:
             (shape, dtype), (want_shape, want_dtype) = mine[p], ref[p]
             parts.append(
-                f"{p} is {dtype}, not {want_dtype}"
+                _("{p} is {dtype}, not {want_dtype}").format(
+                    p=p, dtype=dtype, want_dtype=want_dtype
+                )
                 if dtype != want_dtype
-                else f"{p} has shape {list(shape)}, not {list(want_shape)}"
+                else _("{p} has shape {list}, not {list2}").format(
+                    p=p, list=list(shape), list2=list(want_shape)
+                )
             )
     dtypes = set(mine) == set(ref) and all(mine[p][0] == ref[p][0] for p in ref)
     fix = (
-        "Keep the model's dtype, float32, the batches' dtype"
+        _("Keep the model's dtype, float32, the batches' dtype")
         if dtypes
-        else LAYOUT_HINTS.get(name, "Train the model as given: add, remove or replace no layer")
+        else translate(
+            LAYOUT_HINTS.get(name, N_("Train the model as given: add, remove or replace no layer"))
+        )
     )
-    return "the model's parameters differ from the correct loop's: " + "; ".join(parts) + ". " + fix
+    return _("the model's parameters differ from the correct loop's: {parts}. {fix}").format(
+        parts="; ".join(parts), fix=fix
+    )
 
 
 def _frozen_hint(name: str, mine: Trace, ref: Trace) -> str | None:
@@ -388,13 +469,15 @@ def _frozen_hint(name: str, mine: Trace, ref: Trace) -> str | None:
         return None
     hints = FROZEN_HINTS.get(name, {})
     head = all(p.startswith("2.") for p in frozen)
-    fix = hints.get("head" if head else "trunk") or (
-        f"Every layer trains in loop {name}: leave requires_grad as it is"
+    fix = hints.get("head" if head else "trunk")
+    fix = (
+        translate(fix)
+        if fix
+        else _("Every layer trains in loop {name}: leave requires_grad as it is").format(name=name)
     )
-    return (
-        f"{', '.join(frozen)} had no gradient: requires_grad_(False) froze them, so they "
-        f"never train. {fix}"
-    )
+    return _(
+        "{frozen} had no gradient: requires_grad_(False) froze them, so they never train. {fix}"
+    ).format(frozen=", ".join(frozen), fix=fix)
 
 
 def _lrs(run: Trace) -> list:
@@ -410,34 +493,37 @@ def _schedule_hint(mine: Trace, ref: Trace) -> str | None:
     if all(_equal(a, b) for a, b in zip(got, want, strict=True)):
         return None
     n, steps = mine.scheduler_steps, len(mine.steps)
-    rates = (
-        f"the {steps} steps trained with lr={', '.join(map(_fmt, got))}, the correct "
-        f"loop's with {', '.join(map(_fmt, want))}"
+    rates = _("the {steps} steps trained with lr={got}, the correct loop's with {want}").format(
+        steps=steps, got=", ".join(map(_fmt, got)), want=", ".join(map(_fmt, want))
     )
     if n is not None and n < steps:
-        ran = {0: "never stepped", 1: "stepped once (as if once per epoch)"}.get(
-            n, f"stepped {n} times"
+        ran = {0: _("never stepped"), 1: _("stepped once (as if once per epoch)")}.get(
+            n, _("stepped {n} times").format(n=n)
         )
-        return (
-            f"the scheduler your loop was given {ran} in {steps} optimizer steps, so "
-            f"{rates}: call scheduler.step() once per window, right after optimizer.step()"
-        )
+        return _(
+            "the scheduler your loop was given {ran} in {steps} "
+            "optimizer steps, so {rates}: call scheduler.step() "
+            "once per window, right after optimizer.step()"
+        ).format(ran=ran, steps=steps, rates=rates)
     if all(_equal(a, b) for a, b in zip(got[:-1], want[1:], strict=True)):
-        return (
-            f"{rates}. Call scheduler.step() once per window, right after optimizer.step(): "
-            "a scheduler stepped before the optimizer lowers the rate one step too early"
-        )
-    return f"{rates}: call scheduler.step() once per window, right after optimizer.step()"
+        return _(
+            "{rates}. Call scheduler.step() once per window, right "
+            "after optimizer.step(): a scheduler stepped before "
+            "the optimizer lowers the rate one step too early"
+        ).format(rates=rates)
+    return _("{rates}: call scheduler.step() once per window, right after optimizer.step()").format(
+        rates=rates
+    )
 
 
 def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
     """The first thing ``mine`` did differently from the correct loop, or None."""
     if len(mine.steps) != len(ref.steps):
         sizes = ", ".join(map(str, WINDOWS[name]))
-        return (
-            f"your loop made {len(mine.steps)} optimizer step(s); the correct one makes "
-            f"{len(ref.steps)}, on windows of {sizes} micro-batch(es)"
-        )
+        return _(
+            "your loop made {n_steps} optimizer step(s); the correct "
+            "one makes {n_steps2}, on windows of {sizes} micro-batch(es)"
+        ).format(n_steps=len(mine.steps), n_steps2=len(ref.steps), sizes=sizes)
     for m, r in [*zip(mine.steps, ref.steps, strict=True), (mine.final, ref.final)]:
         if _layout(m) != _layout(r):
             return _layout_hint(name, _layout(m), _layout(r))
@@ -448,39 +534,50 @@ def _difference(name: str, mine: Trace, ref: Trace) -> str | None:
             now, before = mine.params[step - 1], mine.params[step - 2]
             replaced = [p for p in now if p in before and now[p] is not before[p]]
             if replaced:
-                return f"{', '.join(replaced)} are new tensors at step {step}: " + (
-                    REPLACED_HINTS.get(name, "make each layer once, before the loop")
+                hint = REPLACED_HINTS.get(name, N_("make each layer once, before the loop"))
+                return _("{replaced} are new tensors at step {step}: {hint}").format(
+                    replaced=", ".join(replaced), step=step, hint=translate(hint)
                 )
         missing = [p for p in r if m[p][0] is None and r[p][0] is not None]
         extra = [p for p in r if m[p][0] is not None and r[p][0] is None]
         if missing or extra:
             return (
-                f"at step {step}, {', '.join(missing)} had no gradient: they never train"
+                _("at step {step}, {missing} had no gradient: they never train").format(
+                    step=step, missing=", ".join(missing)
+                )
                 if missing
-                else f"at step {step}, {', '.join(extra)} had a gradient the correct loop's do not"
+                else _("at step {step}, {extra} had a gradient the correct loop's do not").format(
+                    step=step, extra=", ".join(extra)
+                )
             )
-        for param, (_, weight, settings) in m.items():
+        for param, (_grad, weight, settings) in m.items():
             if not _same_settings(settings, r[param][2]):
-                return (
-                    f"at step {step}, {param} trained with {_describe(settings, r[param][2])}"
-                    f" where the correct loop uses {_describe(r[param][2], settings)}. "
-                    + SETTINGS_HINTS.get(name, "Keep the optimizer's settings as given")
+                hint = SETTINGS_HINTS.get(name, N_("Keep the optimizer's settings as given"))
+                return _(
+                    "at step {step}, {param} trained with {settings} where "
+                    "the correct loop uses {value}. {hint}"
+                ).format(
+                    step=step,
+                    param=param,
+                    settings=_describe(settings, r[param][2]),
+                    value=_describe(r[param][2], settings),
+                    hint=translate(hint),
                 )
             if not _close(weight, r[param][1]) and step == 1:
-                return (
-                    f"{param} already differs from the correct loop's at the first step: "
-                    + START_HINTS.get(name, "your loop changed the weights before it")
-                )
+                hint = START_HINTS.get(name, N_("your loop changed the weights before it"))
+                return _(
+                    "{param} already differs from the correct loop's at the first step: {hint}"
+                ).format(param=param, hint=translate(hint))
             if not _close(weight, r[param][1]):
-                return (
-                    f"step {step - 1} used the correct gradients and settings, yet moved "
-                    "the weights differently: does anything else change the weights, or "
-                    "step twice?"
-                )
+                return _(
+                    "step {value} used the correct gradients and settings, "
+                    "yet moved the weights differently: does anything else "
+                    "change the weights, or step twice?"
+                ).format(value=step - 1)
         if not all(_close(m[p][0], r[p][0]) for p in r):
             return _window_hint(name, step, mine, m, r)
     if not all(_close(mine.final[p], ref.final[p]) for p in ref.final):
-        return "the last step moved the weights differently from the correct loop's"
+        return _("the last step moved the weights differently from the correct loop's")
     return None
 
 
@@ -501,36 +598,43 @@ def _result_hint(name: str, mine: object, ref: object) -> str | None:
     if ref is None:
         return None
     try:
-        value = as_number(mine, "the result")
+        value = as_number(mine, _("the result"))
     except AnswerKindError:
         kind = "None" if mine is None else type(mine).__name__
-        return f"loop {name} returns the epoch's mean loss, a number; yours returned {kind}"
+        return _(
+            "loop {name} returns the epoch's mean loss, a number; yours returned {kind}"
+        ).format(name=name, kind=kind)
     if math.isclose(value, ref, rel_tol=1e-5):
         return None
     losses = _reference_losses()
     n, total = len(losses), sum(losses)
     if math.isclose(value, total, rel_tol=1e-5):
-        return f"your loop returns the sum of the losses, {value:.4f}: divide by len(batches)"
-    replaced = (
+        return _(
+            "your loop returns the sum of the losses, {value:.4f}: divide by len(batches)"
+        ).format(value=value)
+    replaced = _(
         "running_loss = ... replaces the running total in every iteration: add each batch's "
         "loss to it (running_loss += loss.item()), then divide by len(batches)"
     )
     if math.isclose(value, losses[-1], rel_tol=1e-5):
-        return (
-            f"your loop returns {value:.4f}, the last batch's loss, not the mean of all "
-            f"{n}, {ref:.4f}: {replaced}"
-        )
+        return _(
+            "your loop returns {value:.4f}, the last batch's loss, "
+            "not the mean of all {n}, {ref:.4f}: {replaced}"
+        ).format(value=value, n=n, ref=ref, replaced=replaced)
     if math.isclose(value, losses[-1] / n, rel_tol=1e-5):
-        return (
-            f"your loop returns {value:.4f}, the last batch's loss divided by {n}, not the "
-            f"mean of all {n}, {ref:.4f}: {replaced}"
-        )
+        return _(
+            "your loop returns {value:.4f}, the last batch's loss "
+            "divided by {n}, not the mean of all {n}, {ref:.4f}: "
+            "{replaced}"
+        ).format(value=value, n=n, ref=ref, replaced=replaced)
     if value == total // n:
-        return (
-            f"your loop returns {value:g}, the mean rounded down: // is floor division, "
-            "divide with / instead"
-        )
-    return f"your loop returns {value:.4f}; the epoch's mean loss is {ref:.4f}"
+        return _(
+            "your loop returns {value:g}, the mean rounded down: "
+            "// is floor division, divide with / instead"
+        ).format(value=value)
+    return _("your loop returns {value:.4f}; the epoch's mean loss is {ref:.4f}").format(
+        value=value, ref=ref
+    )
 
 
 def _moved(mine: Trace) -> bool:
@@ -541,12 +645,12 @@ def _moved(mine: Trace) -> bool:
     )
 
 
-NO_SCALE = (
+NO_SCALE = N_(
     "your loop never called scaler.scale(loss): backward() must run on the scaled loss, "
     "scaler.scale(loss).backward(), then scaler.unscale_(optimizer), clip, "
     "scaler.step(optimizer) and scaler.update(), once per batch"
 )
-OPTIMIZER_STEP = (
+OPTIMIZER_STEP = N_(
     "optimizer.step() was called instead of scaler.step(optimizer): scaler.step checks the "
     "unscaled gradients for inf/NaN and skips the step when they overflowed, optimizer.step() "
     "writes them into the weights. These batches never overflow, so the weights came out "
@@ -555,21 +659,31 @@ OPTIMIZER_STEP = (
 
 
 PASSED = {
-    "A": "the auditor reports nothing, every step used the correct loop's gradients, and "
-    "the loop returns the mean loss, {result:.4f}, without keeping any iteration's graph.",
-    "B": "3 steps on windows of 4, 4 and 2, each the mean of its micro-batches, clipped "
-    "once and followed by one scheduler.step(): the correct loop's weights.",
-    "D": "the new head is in the optimizer and trains: the correct loop's weights.",
-    "C": "every window is divided by its own length, so the tail gets its whole gradient: "
-    "the correct loop's weights. The auditor was silent on loop C; only the gradients "
-    "showed what was wrong.",
-    "C, one backward": "one backward() of each window's mean loss, divided by the window's "
-    "own length: every step used the correct loop's gradient, the tail included, and the "
-    "auditor's window-length finding only says that each step used 1 backward pass. Note the "
-    "cost: the mean loss holds every micro-batch's graph in memory until that backward, so "
-    "this is not accumulation, which frees each micro-batch's graph by its own backward().",
-    "E": "unscale_ before clipping: every step used a gradient clipped to norm 1 in true "
-    "units, the correct loop's weights.",
+    "A": N_(
+        "the auditor reports nothing, every step used the correct loop's gradients, and "
+        "the loop returns the mean loss, {result:.4f}, without keeping any iteration's graph."
+    ),
+    "B": N_(
+        "3 steps on windows of 4, 4 and 2, each the mean of its micro-batches, clipped "
+        "once and followed by one scheduler.step(): the correct loop's weights."
+    ),
+    "D": N_("the new head is in the optimizer and trains: the correct loop's weights."),
+    "C": N_(
+        "every window is divided by its own length, so the tail gets its whole gradient: "
+        "the correct loop's weights. The auditor was silent on loop C; only the gradients "
+        "showed what was wrong."
+    ),
+    "C, one backward": N_(
+        "one backward() of each window's mean loss, divided by the window's "
+        "own length: every step used the correct loop's gradient, the tail included, and the "
+        "auditor's window-length finding only says that each step used 1 backward pass. Note the "
+        "cost: the mean loss holds every micro-batch's graph in memory until that backward, so "
+        "this is not accumulation, which frees each micro-batch's graph by its own backward()."
+    ),
+    "E": N_(
+        "unscale_ before clipping: every step used a gradient clipped to norm 1 in true "
+        "units, the correct loop's weights."
+    ),
 }
 
 
@@ -585,8 +699,10 @@ def _check_repair(name: str, answer) -> CheckResult:
         return wrong(NOT_ANSWERED)
     if isinstance(answer, str):
         raise AnswerKindError(
-            f"pass your repaired loop itself, the function, not a string: the check calls "
-            f"it as {CALLS[name]}"
+            _(
+                "pass your repaired loop itself, the function, not "
+                "a string: the check calls it as {CALLS}"
+            ).format(CALLS=CALLS[name])
         )
     loop = as_function(answer, CALLS[name])
     dropped = _extra_lands_in_a_number(name, loop)
@@ -596,18 +712,26 @@ def _check_repair(name: str, answer) -> CheckResult:
         problem = _problem(name, loop)
     except LearnerCodeError as error:
         if "optimizer.step" in getattr(error, "scaler_calls", ()):
-            return wrong(OPTIMIZER_STEP + f" (and then: {error}).")
+            return wrong(translate(OPTIMIZER_STEP) + _(" (and then: {error}).").format(error=error))
         raise
     except Exception as error:  # what the loop did to the model or optimizer broke the check
         return wrong(
-            f"the check could not follow your loop to the end ({type(error).__name__}: "
-            f"{error}). Start again from loop {name} as given, and change only what is wrong."
+            _(
+                "the check could not follow your loop to the end ({name}: "
+                "{error}). Start again from loop {name2} as given, "
+                "and change only what is wrong."
+            ).format(name=type(error).__name__, error=error, name2=name)
         )
     if problem is ONE_BACKWARD:
-        return correct(f"Loop {name}: " + PASSED[f"{name}, one backward"])
+        return correct(
+            _("Loop {name}: ").format(name=name) + translate(PASSED[f"{name}, one backward"])
+        )
     if problem is not None:
         return wrong(problem)
-    return correct(f"Loop {name}: " + PASSED[name].format(result=reference_trace(name).run.result))
+    return correct(
+        _("Loop {name}: ").format(name=name)
+        + translate(PASSED[name]).format(result=reference_trace(name).run.result)
+    )
 
 
 def _extra_lands_in_a_number(name: str, loop: Callable) -> str | None:
@@ -626,15 +750,21 @@ def _extra_lands_in_a_number(name: str, loop: Callable) -> str | None:
     if isinstance(fourth.default, bool) or not isinstance(fourth.default, int | float):
         return None
     given = inspect.signature(LOOPS[name])
-    return (
-        f"your def line takes {inspect.signature(loop)}, without the {extra[0]}: the check "
-        f"passes the {extra[0]} fourth, so it lands in {fourth.name}. Keep the def line as "
-        f"given, {LOOPS[name].__name__}{given}."
+    return _(
+        "your def line takes {signature}, without the {extra}: "
+        "the check passes the {extra} fourth, so it lands in "
+        "{name}. Keep the def line as given, {name2}{given}."
+    ).format(
+        signature=inspect.signature(loop),
+        extra=extra[0],
+        name=fourth.name,
+        name2=LOOPS[name].__name__,
+        given=given,
     )
 
 
 # _problem's verdict on a correct loop C with one backward() per window (not an error).
-ONE_BACKWARD = "one backward() per window"
+ONE_BACKWARD = N_("one backward() per window")
 
 
 def _one_backward_per_window(name: str, mine: Trace, ref: Trace) -> bool:
@@ -657,34 +787,42 @@ def _problem(name: str, loop: Callable) -> str | None:
     given = ""
     if not mine.steps:
         return given + (
-            "The optimizer your loop was given never stepped, yet the weights moved: it "
-            "trained another optimizer, built inside it. The caller keeps (and the check "
-            "audits) the one it passed in: train with that one."
+            _(
+                "The optimizer your loop was given never stepped, yet the weights moved: it "
+                "trained another optimizer, built inside it. The caller keeps (and the check "
+                "audits) the one it passed in: train with that one."
+            )
             if _moved(mine)
-            else "No optimizer.step() ran: the loop trained nothing."
+            else _("No optimizer.step() ran: the loop trained nothing.")
         )
     frozen = _frozen_hint(name, mine, ref)
     if frozen is not None:
-        return given + frozen + "."
+        return given + _("{hint}.").format(hint=frozen)
     if name == "E" and "scale" not in mine.scaler_calls:
-        return given + NO_SCALE + "."
+        return given + _("{hint}.").format(hint=translate(NO_SCALE))
     if _one_backward_per_window(name, mine, ref):
         difference = _difference(name, mine, ref)
         if difference is None:
-            return ONE_BACKWARD
-        return given + (
+            return ONE_BACKWARD  # compared by identity: never translated
+        return given + _(
             "One backward() per window, on the window's loss, is allowed here (the auditor's "
-            "window-length finding then says only that), but " + difference + "."
-        )
+            "window-length finding then says only that), but {difference}."
+        ).format(difference=difference)
     if mine.run.codes:
         findings = [f"{code}: {_fix(name, code)}{_which(code, mine)}." for code in mine.run.codes]
-        count = f"{len(findings)} findings. " if len(findings) > 1 else ""
-        return given + "The auditor still reports " + count + " ".join(findings)
+        count = _("{count} findings. ").format(count=len(findings)) if len(findings) > 1 else ""
+        return given + _("The auditor still reports {count}{findings}").format(
+            count=count, findings=" ".join(findings)
+        )
     if "optimizer.step" in mine.scaler_calls:
-        return given + "The auditor reports nothing, but " + OPTIMIZER_STEP + "."
+        return given + _("The auditor reports nothing, but {difference}.").format(
+            difference=translate(OPTIMIZER_STEP)
+        )
     difference = _difference(name, mine, ref) or _result_hint(name, mine.run.result, ref.run.result)
     if difference:
-        return given + "The auditor reports nothing, but " + difference + "."
+        return given + _("The auditor reports nothing, but {difference}.").format(
+            difference=difference
+        )
     return None
 
 
@@ -694,22 +832,25 @@ def _as_given(name: str, mine: Trace, ref: Trace) -> str:
     A loop the auditor is silent on gets the first step whose gradient differs."""
     codes = mine.run.codes
     if codes:
-        count = "1 problem" if len(codes) == 1 else f"{len(codes)} problems"
+        count = _("1 problem") if len(codes) == 1 else _("{n} problems").format(n=len(codes))
         them = "it" if len(codes) == 1 else "them"
-        return (
-            f"This is loop {name} as given: the auditor finds {count} in it. Find {them}: "
-            f"`print(audit_loop({LOOPS[name].__name__}))` prints the auditor's report (after "
-            f"`from helpers.audit_and_repair.checkers_06 import audit_loop`). Fix {them}, and "
-            "check again."
-        )
+        return _(
+            "This is loop {name} as given: the auditor finds {count} "
+            "in it. Find {them}: `print(audit_loop({name2}))` prints "
+            "the auditor's report (after `from helpers.audit_and_repair.checkers_06 "
+            "import audit_loop`). Fix {them}, and check again."
+        ).format(name=name, count=count, them=them, name2=LOOPS[name].__name__)
     for step, (m, r) in enumerate(zip(mine.steps, ref.steps, strict=False), 1):
         if not all(_close(m[p][0], r[p][0]) for p in r):
-            return (
-                f"This is loop {name} as given: the auditor finds nothing in it, yet step "
-                f"{step} used a gradient of norm {_norm(m):.4g}, the correct loop's "
-                f"{_norm(r):.4g}. Find why, fix it, and check again."
-            )
-    return f"This is loop {name} as given: it differs from the correct loop. Repair it."
+            return _(
+                "This is loop {name} as given: the auditor finds nothing "
+                "in it, yet step {step} used a gradient of norm {m:.4g}, "
+                "the correct loop's {r:.4g}. Find why, fix it, and "
+                "check again."
+            ).format(name=name, step=step, m=_norm(m), r=_norm(r))
+    return _("This is loop {name} as given: it differs from the correct loop. Repair it.").format(
+        name=name
+    )
 
 
 def audit_loop(loop: Callable, name: str | None = None):
@@ -717,12 +858,12 @@ def audit_loop(loop: Callable, name: str | None = None):
     checker does, under the loop auditor, and return the auditor: ``print(audit_loop(loop_b))``
     shows its findings. ``name`` ("A" to "E") defaults to the letter in ``loop_b``."""
     if not callable(loop):
-        raise TypeError("pass the loop itself, the function: audit_loop(loop_b)")
+        raise TypeError(_("pass the loop itself, the function: audit_loop(loop_b)"))
     if name is None:
         letter = getattr(loop, "__name__", "").removeprefix("loop_")
         if letter.upper() not in LOOPS:
             raise ValueError(
-                "say which loop this is: audit_loop(my_loop, 'B') for a repair of loop B"
+                _("say which loop this is: audit_loop(my_loop, 'B') for a repair of loop B")
             )
         name = letter
     name = loop_name(name)
@@ -772,38 +913,69 @@ def reported_codes() -> tuple[str, ...]:
     return tuple(audited_run(PREDICTION_LOOP, batches, accumulation_steps=PREDICTION_K).codes)
 
 
+# The numbers the texts below name, filled in where they are shown (in the learner's language).
+PREDICTION_VALUES = {
+    "batches": PREDICTION_BATCHES,
+    "k": PREDICTION_K,
+    "tail": PREDICTION_BATCHES % PREDICTION_K,
+}
+
 # A rule id the answer leaves out: what in the loop breaks it (the id itself is not named,
-# so that the learner reads the table of rules again).
-PREDICTION_MISSING = {
-    "clip-per-micro-batch": "clip_grad_norm_ sits in the loop over micro-batches, so it runs "
-    "after every backward(), also after those that no step() follows: the auditor sees each "
-    "clip and whether a step() comes right after it.",
-    "leftover-gradients": f"{PREDICTION_BATCHES} micro-batches in windows of {PREDICTION_K} "
-    f"leave a tail of {PREDICTION_BATCHES % PREDICTION_K} whose backward passes no step() "
-    "follows: the auditor checks what .grad holds when the loop ends.",
+# so that the learner reads the table of rules again). English templates: see PREDICTION_MISSING.
+PREDICTION_MISSING_TEMPLATES = {
+    "clip-per-micro-batch": N_(
+        "clip_grad_norm_ sits in the loop over micro-batches, so it runs "
+        "after every backward(), also after those that no step() follows: the auditor sees each "
+        "clip and whether a step() comes right after it."
+    ),
+    "leftover-gradients": N_(
+        "{batches} micro-batches in windows of {k} leave a tail of {tail} whose backward passes "
+        "no step() follows: the auditor checks what .grad holds when the loop ends."
+    ),
 }
 
 # A real rule id the auditor does not report for this loop: why.
-NOT_REPORTED = {
-    "window-length": f"every step() uses exactly {PREDICTION_K} backward passes: the tail "
-    "never reaches a step, so no step has the wrong count. And a loss not divided by k changes the "
-    "gradients' size, not the count; the auditor cannot see how a loss was scaled (section 2).",
-    "missing-zero-grad": "zero_grad() runs right after every step(), so no step reuses the "
-    "gradients an earlier step used.",
-    "zero-grad-before-step": "zero_grad() runs only right after step(), never between a "
-    "backward() and the step() that uses it.",
-    "step-without-grad": f"every step() comes after {PREDICTION_K} backward() calls, so it "
-    "has gradients.",
-    "cross-network-leak": "there is one network and one optimizer: no other network's loss "
-    "reaches these parameters.",
-    "scheduler-per-micro-batch": "this loop has no scheduler.",
-    "unscale-after-clip": "this loop uses no GradScaler and never clips.",
-    "graph-kept-alive": "the loop keeps no loss: each one is dropped after its backward().",
-    "params-not-in-optimizer": "the loop changes no layer: every parameter that gets a "
-    "gradient is in the optimizer.",
+NOT_REPORTED_TEMPLATES = {
+    "window-length": N_(
+        "every step() uses exactly {k} backward passes: the tail never reaches a step, so no "
+        "step has the wrong count. And a loss not divided by k changes the gradients' size, not "
+        "the count; the auditor cannot see how a loss was scaled (section 2)."
+    ),
+    "missing-zero-grad": N_(
+        "zero_grad() runs right after every step(), so no step reuses the "
+        "gradients an earlier step used."
+    ),
+    "zero-grad-before-step": N_(
+        "zero_grad() runs only right after step(), never between a "
+        "backward() and the step() that uses it."
+    ),
+    "step-without-grad": N_("every step() comes after {k} backward() calls, so it has gradients."),
+    "cross-network-leak": N_(
+        "there is one network and one optimizer: no other network's loss reaches these parameters."
+    ),
+    "scheduler-per-micro-batch": N_("this loop has no scheduler."),
+    "unscale-after-clip": N_("this loop uses no GradScaler and never clips."),
+    "graph-kept-alive": N_("the loop keeps no loss: each one is dropped after its backward()."),
+    "params-not-in-optimizer": N_(
+        "the loop changes no layer: every parameter that gets a gradient is in the optimizer."
+    ),
 }
 
-UNSEEN = (
+
+def _prediction_text(templates: dict[str, str], code: str, default: str) -> str:
+    """The text of ``code`` in ``templates``, translated, its numbers filled in."""
+    return translate(templates.get(code, default)).format(**PREDICTION_VALUES)
+
+
+# The texts in English, as the checker shows them without GM_LANG.
+PREDICTION_MISSING = {
+    code: text.format(**PREDICTION_VALUES) for code, text in PREDICTION_MISSING_TEMPLATES.items()
+}
+NOT_REPORTED = {
+    code: text.format(**PREDICTION_VALUES) for code, text in NOT_REPORTED_TEMPLATES.items()
+}
+
+UNSEEN = N_(
     "The loop's other bug, losses not divided by k (each step k times too large), has no rule: "
     "the auditor watches the order of the calls and what .grad holds, not how a loss was "
     "scaled (section 2)."
@@ -837,29 +1009,43 @@ def check_auditor_findings(answer: object) -> CheckResult:
     unknown = sorted(given - set(CODES))
     if unknown:
         return wrong(
-            f"{', '.join(unknown)}: not a rule id of the auditor. Its rules are "
-            f"{', '.join(CODES)}. There is no rule for how a loss was scaled: the auditor "
-            "cannot see it (section 2)."
+            _(
+                "{unknown}: not a rule id of the auditor. Its rules "
+                "are {CODES}. There is no rule for how a loss was scaled: "
+                "the auditor cannot see it (section 2)."
+            ).format(unknown=", ".join(unknown), CODES=", ".join(CODES))
         )
     if not given:
         return wrong(
-            "An empty set says the auditor finds nothing. It cannot see that the losses are "
-            "not divided by k, but it does see when clip_grad_norm_, step() and zero_grad() "
-            "run, and what .grad holds when the loop ends. Look at each against the table of "
-            "rules in section 1."
+            _(
+                "An empty set says the auditor finds nothing. It cannot see that the losses are "
+                "not divided by k, but it does see when clip_grad_norm_, step() and zero_grad() "
+                "run, and what .grad holds when the loop ends. Look at each against the table of "
+                "rules in section 1."
+            )
         )
     if given == expected:
         return correct(
-            f"the auditor reports {' and '.join(reported_codes())}. {UNSEEN} Repair the "
-            "two it reports and it falls silent on a loop that is still wrong."
+            _(
+                "the auditor reports {names}. {UNSEEN} Repair the two "
+                "it reports and it falls silent on a loop that is still "
+                "wrong."
+            ).format(names=" and ".join(reported_codes()), UNSEEN=translate(UNSEEN))
         )
     hints = [
-        f"{code} is not reported: {NOT_REPORTED.get(code, 'this loop does not break it.')}"
+        _("{code} is not reported: {get}").format(
+            code=code,
+            get=_prediction_text(NOT_REPORTED_TEMPLATES, code, N_("this loop does not break it.")),
+        )
         for code in CODES
         if code in given - expected
     ]
     hints += [
-        f"A rule is missing: {PREDICTION_MISSING.get(code, 'the auditor reports one more rule.')}"
+        _("A rule is missing: {get}").format(
+            get=_prediction_text(
+                PREDICTION_MISSING_TEMPLATES, code, N_("the auditor reports one more rule.")
+            )
+        )
         for code in reported_codes()
         if code in expected - given
     ]

@@ -22,23 +22,32 @@ from helpers.checks import (
 from helpers.data import split_batches
 from helpers.grads import grad_state
 from helpers.training import train_steps
+from helpers.translation import N_, _
 
 check_grad_prediction = number_checker(
     17.0,
     {
-        5.0: "That is only the last backward's gradient: backward() adds into `.grad`, "
-        "it never overwrites it.",
-        6.0: "That is the gradient of a single backward of w ** 2 (2 * w = 6), "
-        "but three backward calls ran and each one adds.",
-        11.0: "You counted w ** 2 once: both of its backward calls add 2 * w = 6.",
-        12.0: "You added the two w ** 2 backwards (6 + 6) but left out (5 * w).backward(), "
-        "which adds 5 more.",
-        23.0: "d(w ** 2)/dw is 2 * w = 6, not w ** 2 = 9: recount the two first terms.",
-        27.0: "(5 * w).backward() adds d(5 * w)/dw = 5, not the value 5 * w = 15.",
-        33.0: "That adds the losses' values (9 + 9 + 15): `.grad` adds their gradients, "
-        "2 * w = 6, 6 and 5.",
+        5.0: N_(
+            "That is only the last backward's gradient: backward() adds into `.grad`, "
+            "it never overwrites it."
+        ),
+        6.0: N_(
+            "That is the gradient of a single backward of w ** 2 (2 * w = 6), "
+            "but three backward calls ran and each one adds."
+        ),
+        11.0: N_("You counted w ** 2 once: both of its backward calls add 2 * w = 6."),
+        12.0: N_(
+            "You added the two w ** 2 backwards (6 + 6) but left out (5 * w).backward(), "
+            "which adds 5 more."
+        ),
+        23.0: N_("d(w ** 2)/dw is 2 * w = 6, not w ** 2 = 9: recount the two first terms."),
+        27.0: N_("(5 * w).backward() adds d(5 * w)/dw = 5, not the value 5 * w = 15."),
+        33.0: N_(
+            "That adds the losses' values (9 + 9 + 15): `.grad` adds their gradients, "
+            "2 * w = 6, 6 and 5."
+        ),
     },
-    "Add what each backward() contributes: d(w ** 2)/dw = 2 * w, d(5 * w)/dw = 5.",
+    N_("Add what each backward() contributes: d(w ** 2)/dw = 2 * w, d(5 * w)/dw = 5."),
     doc="""Exercise 01.1: ``w.grad`` after ``(w**2).backward()`` twice and ``(5*w).backward()``
     once, with ``w = 3``. Expected 2*3 + 2*3 + 5 = 17.""",
 )
@@ -47,22 +56,34 @@ check_grad_prediction = number_checker(
 check_weight_without_zero_grad = number_checker(
     0.0,
     {
-        0.4: "That is the loop *with* zero_grad: each step used only its own gradient "
-        "(1, then 2, then 3). Without zero_grad, step t uses g_1 + ... + g_t.",
-        -0.8: "You applied the total 1 + 2 + 3 = 6 at every step, but step 1 has only "
-        "seen g_1 and step 2 has seen g_1 + g_2.",
-        0.6: "That is two steps (1 + 3 = 4); count the third one, which uses 1 + 2 + 3.",
-        0.9: "That is one step; the loop runs three.",
-        2.0: "A sign: SGD subtracts lr times the gradient, w -= 0.1 * .grad; you added it.",
-        1.6: "Two mistakes: that adds the steps (the sign) and uses each step's own "
-        "gradient (the loop with zero_grad).",
-        -9.0: "The learning rate is missing: the steps subtract 1 + 3 + 6 = 10 times "
-        "lr = 0.1, not 10 itself.",
-        -5.0: "Two mistakes: no learning rate (each step subtracts lr * .grad, lr = 0.1) and "
-        "each step's own gradient (the loop with zero_grad).",
+        0.4: N_(
+            "That is the loop *with* zero_grad: each step used only its own gradient "
+            "(1, then 2, then 3). Without zero_grad, step t uses g_1 + ... + g_t."
+        ),
+        -0.8: N_(
+            "You applied the total 1 + 2 + 3 = 6 at every step, but step 1 has only "
+            "seen g_1 and step 2 has seen g_1 + g_2."
+        ),
+        0.6: N_("That is two steps (1 + 3 = 4); count the third one, which uses 1 + 2 + 3."),
+        0.9: N_("That is one step; the loop runs three."),
+        2.0: N_("A sign: SGD subtracts lr times the gradient, w -= 0.1 * .grad; you added it."),
+        1.6: N_(
+            "Two mistakes: that adds the steps (the sign) and uses each step's own "
+            "gradient (the loop with zero_grad)."
+        ),
+        -9.0: N_(
+            "The learning rate is missing: the steps subtract 1 + 3 + 6 = 10 times "
+            "lr = 0.1, not 10 itself."
+        ),
+        -5.0: N_(
+            "Two mistakes: no learning rate (each step subtracts lr * .grad, lr = 0.1) and "
+            "each step's own gradient (the loop with zero_grad)."
+        ),
     },
-    "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
-    "subtracts lr times that.",
+    N_(
+        "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
+        "subtracts lr times that."
+    ),
     doc="""Exercise 01.2: start at w = 1.0, lr = 0.1, three SGD steps whose backward calls
     contribute 1, 2 and 3, and no ``zero_grad``. The steps use 1, 1+2 and 1+2+3, so
     w = 1 - 0.1 * (1 + 3 + 6) = 0.0.""",
@@ -113,27 +134,38 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
         return train_steps(trained, batches, steps=steps, lr=lr, zero_grad=zero_grad).weights[-1]
 
     if torch.allclose(got, reference(True), rtol=1e-5, atol=1e-7):
-        return correct("one step per batch, each with that batch's gradient alone.")
+        return correct(_("one step per batch, each with that batch's gradient alone."))
     if torch.allclose(got, reference(False), rtol=1e-5, atol=1e-7):
         return wrong(
-            "each step() used the gradients of every batch so far, not only its own batch's: "
-            "backward() adds into `.grad`, and nothing in your loop empties it between batches."
+            _(
+                "each step() used the gradients of every batch so far, not only its own batch's: "
+                "backward() adds into `.grad`, and nothing in your loop empties it between batches."
+            )
         )
     if not grads_at_steps:
-        return wrong("optimizer.step() was never called: call it once per batch, after backward.")
+        return wrong(
+            _("optimizer.step() was never called: call it once per batch, after backward.")
+        )
     empty = [i + 1 for i, state in enumerate(grads_at_steps) if state != "nonzero"]
     if empty:
         return wrong(
-            f"step() ran with no gradient (`.grad` was {grads_at_steps[empty[0] - 1]}) at step "
-            f"{empty[0]}: loss.backward() must come before step(), and zero_grad() must not "
-            "run between them."
+            _(
+                "step() ran with no gradient (`.grad` was {grads_at_steps}) "
+                "at step {empty}: loss.backward() must come before "
+                "step(), and zero_grad() must not run between them."
+            ).format(grads_at_steps=grads_at_steps[empty[0] - 1], empty=empty[0])
         )
     if len(grads_at_steps) != len(batches):
         return wrong(
-            f"step() ran {len(grads_at_steps)} times for {len(batches)} batches: take exactly "
-            "one step per batch."
+            _(
+                "step() ran {n_grads_at_steps} times for {n_batches} "
+                "batches: take exactly one step per batch."
+            ).format(n_grads_at_steps=len(grads_at_steps), n_batches=len(batches))
         )
     return wrong(
-        "every step had a gradient, but not the gradient of its batch's loss: use "
-        "`F.mse_loss(model(inputs), targets)` as it is (mean, not scaled), one backward per batch."
+        _(
+            "every step had a gradient, but not the gradient of its batch's loss: use "
+            "`F.mse_loss(model(inputs), targets)` as it is (mean, not scaled), one backward "
+            "per batch."
+        )
     )

@@ -23,6 +23,7 @@ from helpers.checks import (
     number_checker,
     wrong,
 )
+from helpers.translation import N_, _
 
 # Exercise 09.2: DDP's all-reduces of the gradients on one rank over the whole capstone run,
 # with the model's gradients in one bucket (tests/test_capstone.py counts them in a run).
@@ -31,24 +32,38 @@ WINDOWS = len(capstone_run.window_slices(capstone_run.MICRO_BATCHES))  # 3, 3, 3
 check_gradient_allreduces = number_checker(
     WINDOWS * BUCKETS,
     {
-        10: "10 is one all-reduce per micro-batch: no_sync() skips it on all but each "
-        "window's last micro-batch.",
-        3: "3 leaves out a window. The short last window (1 micro-batch) is a window too. And "
-        "window 2, whose step is skipped, still all-reduces: the all-reduce runs during its "
-        "last backward, before scaler.step finds the overflow.",
-        8: "8 counts both ranks, or adds the 4 all-reduces of the token counts: the question "
-        "asks for DDP's all-reduces of the gradients, on one rank.",
-        20: "20 is one all-reduce per micro-batch on both ranks: no_sync() skips it on all "
-        "but each window's last micro-batch, and the question asks about one rank.",
-        6: "6 counts the micro-batches inside no_sync(): those are the ones that do not "
-        "all-reduce. Each window's last backward does.",
-        1: "1 is the number of buckets: DDP all-reduces it once per window.",
-        0: "the backward of each window's last micro-batch runs outside no_sync(): it "
-        "all-reduces the gradients, once per bucket.",
+        10: N_(
+            "10 is one all-reduce per micro-batch: no_sync() skips it on all but each "
+            "window's last micro-batch."
+        ),
+        3: N_(
+            "3 leaves out a window. The short last window (1 micro-batch) is a window too. And "
+            "window 2, whose step is skipped, still all-reduces: the all-reduce runs during its "
+            "last backward, before scaler.step finds the overflow."
+        ),
+        8: N_(
+            "8 counts both ranks, or adds the 4 all-reduces of the token counts: the question "
+            "asks for DDP's all-reduces of the gradients, on one rank."
+        ),
+        20: N_(
+            "20 is one all-reduce per micro-batch on both ranks: no_sync() skips it on all "
+            "but each window's last micro-batch, and the question asks about one rank."
+        ),
+        6: N_(
+            "6 counts the micro-batches inside no_sync(): those are the ones that do not "
+            "all-reduce. Each window's last backward does."
+        ),
+        1: N_("1 is the number of buckets: DDP all-reduces it once per window."),
+        0: N_(
+            "the backward of each window's last micro-batch runs outside no_sync(): it "
+            "all-reduces the gradients, once per bucket."
+        ),
     },
-    "One all-reduce per bucket per window: 4 windows (3, 3, 3 and 1 micro-batches) x 1 "
-    "bucket. Window 2's overflow does not skip it: the all-reduce runs during backward, and "
-    "scaler.step skips only the step.",
+    N_(
+        "One all-reduce per bucket per window: 4 windows (3, 3, 3 and 1 micro-batches) x 1 "
+        "bucket. Window 2's overflow does not skip it: the all-reduce runs during backward, and "
+        "scaler.step skips only the step."
+    ),
     doc="Exercise 09.2 (optional): 10 micro-batches in windows of 3 (3, 3, 3, 1), one bucket: "
     "a correct train_ddp all-reduces the gradients 4 times on each rank, the overflowing "
     "window included.",
@@ -58,40 +73,48 @@ check_gradient_allreduces = number_checker(
 CAPSTONE_CALL = "train_ddp(model, optimizer, scheduler, scaler, micro_batches, accumulation_steps)"
 CAPSTONE_RTOL, CAPSTONE_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7
 CAPSTONE_FINDING_HINTS = {
-    "leftover-gradients": "the short last window was never stepped: after the full windows, "
-    "the remaining micro-batches (1 here) make a window of their own, stepped like the others.",
-    "window-length": "the windows do not hold accumulation_steps micro-batches each (only "
-    "the last may be short): take micro_batches[start:start + accumulation_steps] for start "
-    "in range(0, len(micro_batches), accumulation_steps).",
+    "leftover-gradients": N_(
+        "the short last window was never stepped: after the full windows, "
+        "the remaining micro-batches (1 here) make a window of their own, stepped like the others."
+    ),
+    "window-length": N_(
+        "the windows do not hold accumulation_steps micro-batches each (only "
+        "the last may be short): take micro_batches[start:start + accumulation_steps] for start "
+        "in range(0, len(micro_batches), accumulation_steps)."
+    ),
 }
 
 
 def _capstone_error_hint(error: capstone_run.CapstoneRunError, timeout: float) -> str:
     if error.kind == "timeout":
-        return (
-            f"the 2 processes did not finish within {timeout:g} s and were stopped: one rank "
-            "waits in a collective that the other never reaches. Every rank must call "
-            "dist.all_reduce the same number of times, and run the DDP model's forward and "
-            "backward on each of its micro-batches."
-        )
+        return _(
+            "the 2 processes did not finish within {timeout:g} "
+            "s and were stopped: one rank waits in a collective "
+            "that the other never reaches. Every rank must call "
+            "dist.all_reduce the same number of times, and run "
+            "the DDP model's forward and backward on each of its "
+            "micro-batches."
+        ).format(timeout=timeout)
     if error.kind == "failed":
-        return f"the 2-process run failed: {error.message}"
+        return _("the 2-process run failed: {message}").format(message=error.message)
     if any(word in error.message for word in ("gloo", "Connection reset", "Connection closed")):
-        return (
-            "the 2 processes' collective calls did not match (gloo reported: "
-            f"{_short(error.message)}): every rank must call dist.all_reduce "
-            "the same number of times, on tensors of the same shape, and run the DDP model's "
-            "forward and backward on each of its micro-batches."
-        )
+        return _(
+            "the 2 processes' collective calls did not match (gloo "
+            "reported: {value}): every rank must call dist.all_reduce "
+            "the same number of times, on tensors of the same shape, "
+            "and run the DDP model's forward and backward on each "
+            "of its micro-batches."
+        ).format(value=_short(error.message))
     hint = scaler_error_hint(error.message, error.calls)
     if hint != error.message:
         return hint
     if "is not defined" in error.message:
-        return (
-            f"{error.message} The check runs your function's source alone, in 2 fresh "
-            f"processes: only {capstone_run.PREAMBLE_NAMES} are there, nothing from other cells."
-        )
-    return f"{error.message} (in one of the 2 processes)"
+        return _(
+            "{message} The check runs your function's source alone, "
+            "in 2 fresh processes: only {PREAMBLE_NAMES} are there, "
+            "nothing from other cells."
+        ).format(message=error.message, PREAMBLE_NAMES=capstone_run.PREAMBLE_NAMES)
+    return _("{message} (in one of the 2 processes)").format(message=error.message)
 
 
 def _short(message: str) -> str:
@@ -155,7 +178,7 @@ def _capstone_function(train_ddp: object):
     except ValueError as error:
         return wrong(str(error))
     if learner_code.has_placeholder(source):
-        return wrong("your function still has `...` in it: replace each one with code.")
+        return wrong(_("your function still has `...` in it: replace each one with code."))
     return function
 
 
@@ -165,9 +188,12 @@ def _judge_capstone(results: dict) -> CheckResult:
     calls, windows = results["calls"], len(capstone_run.window_slices(capstone_run.MICRO_BATCHES))
     if results["across_ranks"] > 0:
         return wrong(
-            f"the 2 processes ended with different weights (largest difference "
-            f"{results['across_ranks']:.3g}): run the DDP model itself (model(inputs), not "
-            "model.module), so that its backward all-reduces the gradients."
+            _(
+                "the 2 processes ended with different weights (largest "
+                "difference {results:.3g}): run the DDP model itself "
+                "(model(inputs), not model.module), so that its backward "
+                "all-reduces the gradients."
+            ).format(results=results["across_ranks"])
         )
     hint = finding_hint(results["findings"], calls, windows, CAPSTONE_FINDING_HINTS)
     if hint is not None:
@@ -179,36 +205,46 @@ def _judge_capstone(results: dict) -> CheckResult:
         return wrong(CAPSTONE_FINDING_HINTS["leftover-gradients"])
     if calls.count("update") != windows:
         return wrong(
-            f"scaler.update() ran {calls.count('update')} times for {windows} windows: once "
-            "per window, after scaler.step(optimizer)."
+            _(
+                "scaler.update() ran {count} times for {windows} windows: "
+                "once per window, after scaler.step(optimizer)."
+            ).format(count=calls.count("update"), windows=windows)
         )
     reference = capstone_run.reference_run()
     if results["lrs"] != reference["lrs"]:
         never = len(set(results["lrs"])) == 1
         return wrong(
-            f"the steps used the learning rates {results['lrs']}, the course's "
-            f"{reference['lrs']}: "
-            + (
-                "scheduler.step() never ran. "
-                if never
-                else "the scheduler stepped more or less often than once per window. "
+            _("the steps used the learning rates {results}, the course's {reference}: ").format(
+                results=results["lrs"], reference=reference["lrs"]
             )
-            + "Call scheduler.step() once per window, after scaler.step(optimizer), the "
-            "skipped window included."
+            + (
+                _("scheduler.step() never ran. ")
+                if never
+                else _("the scheduler stepped more or less often than once per window. ")
+            )
+            + _(
+                "Call scheduler.step() once per window, after scaler.step(optimizer), the "
+                "skipped window included."
+            )
         )
     if results["scale"] != reference["scales"][-1]:
         return wrong(
-            f"the scale ended at {results['scale']:g}, the course's at "
-            f"{reference['scales'][-1]:g}: scale every micro-batch's loss with "
-            "scaler.scale(loss) and call scaler.update() once per window."
+            _(
+                "the scale ended at {results:g}, the course's at {reference:g}: "
+                "scale every micro-batch's loss with scaler.scale(loss) "
+                "and call scaler.update() once per window."
+            ).format(results=results["scale"], reference=reference["scales"][-1])
         )
     if results["allreduces"] != windows * results["buckets"]:
         return wrong(
-            f"DDP all-reduced the gradients {results['allreduces']} times in {windows} "
-            f"windows, instead of once per bucket ({results['buckets']}) on each window's last "
-            "backward: run the forward and backward of the window's other micro-batches "
-            "inside `with model.no_sync():` (a test of the exercise: it saves communication, "
-            "the weights would be the same)."
+            _(
+                "DDP all-reduced the gradients {results} times in {windows} "
+                "windows, instead of once per bucket ({results2}) on "
+                "each window's last backward: run the forward and backward "
+                "of the window's other micro-batches inside `with model.no_sync():` "
+                "(a test of the exercise: it saves communication, the "
+                "weights would be the same)."
+            ).format(results=results["allreduces"], windows=windows, results2=results["buckets"])
         )
     if not torch.allclose(got, reference["weights"], rtol=CAPSTONE_RTOL, atol=CAPSTONE_ATOL):
         norms = {
@@ -216,9 +252,11 @@ def _judge_capstone(results: dict) -> CheckResult:
         }
         if norms:
             return wrong(
-                f"the gradient was clipped at max_norm={min(norms)}: clip the unscaled "
-                f"gradient to max_norm={capstone_run.MAX_NORM:g}, once per window, after "
-                "scaler.unscale_(optimizer)."
+                _(
+                    "the gradient was clipped at max_norm={min}: clip the "
+                    "unscaled gradient to max_norm={MAX_NORM:g}, once per "
+                    "window, after scaler.unscale_(optimizer)."
+                ).format(min=min(norms), MAX_NORM=capstone_run.MAX_NORM)
             )
         start = capstone_run.flat_weights(capstone_run.make_model())
         should = (reference["weights"] - start).norm()
@@ -229,14 +267,22 @@ def _judge_capstone(results: dict) -> CheckResult:
             ):
                 return wrong(hint + ".")
         return wrong(
-            f"the weights are {((got - reference['weights']).norm() / should).item():.1%} "
-            "(of the distance they moved) away from one process on the whole batch: divide "
-            "each window's summed token loss by its token count over both ranks "
-            "(dist.all_reduce) and multiply by the world size; scale, unscale_, clip to "
-            f"{capstone_run.MAX_NORM:g}, step and update once per window."
+            _(
+                "the weights are {item:.1%} (of the distance they moved) "
+                "away from one process on the whole batch: divide each "
+                "window's summed token loss by its token count over "
+                "both ranks (dist.all_reduce) and multiply by the world "
+                "size; scale, unscale_, clip to {MAX_NORM:g}, step "
+                "and update once per window."
+            ).format(
+                item=((got - reference["weights"]).norm() / should).item(),
+                MAX_NORM=capstone_run.MAX_NORM,
+            )
         )
     return correct(
-        "on 2 processes, the same weights as one process on the whole batch: token counts "
-        "all-reduced, one all-reduce of the gradients per window, the overflowing window "
-        "skipped, the short last window stepped, clipped and scheduled once per window."
+        _(
+            "on 2 processes, the same weights as one process on the whole batch: token counts "
+            "all-reduced, one all-reduce of the gradients per window, the overflowing window "
+            "skipped, the short last window stepped, clipped and scheduled once per window."
+        )
     )

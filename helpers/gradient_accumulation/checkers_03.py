@@ -27,6 +27,7 @@ from helpers.checks import (
 from helpers.data import make_padded_tokens
 from helpers.grads import StepGradients
 from helpers.models import NORMS, TokenModel
+from helpers.translation import N_, _, translate
 
 K = 4
 MICRO_BATCHES = 10  # windows of 4, 4 and a tail of 2
@@ -54,53 +55,64 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
     """None when every step used its window's gradient, else the likely mistake."""
     expected = len(references)
     if len(got) == expected - 1:
-        return (
-            f"step() ran {len(got)} times, but {MICRO_BATCHES} micro-batches with k={K} make "
-            f"{expected} windows: the last window of {MICRO_BATCHES % K} was never stepped."
+        return _(
+            "step() ran {n_got} times, but {MICRO_BATCHES} micro-batches "
+            "with k={K} make {expected} windows: the last window "
+            "of {value} was never stepped."
+        ).format(
+            n_got=len(got),
+            MICRO_BATCHES=MICRO_BATCHES,
+            K=K,
+            expected=expected,
+            value=MICRO_BATCHES % K,
         )
     if len(got) != expected:
-        return (
-            f"step() ran {len(got)} times; {MICRO_BATCHES} micro-batches with k={K} make "
-            f"{expected} windows: one step per window."
-        )
+        return _(
+            "step() ran {n_got} times; {MICRO_BATCHES} micro-batches "
+            "with k={K} make {expected} windows: one step per window."
+        ).format(n_got=len(got), MICRO_BATCHES=MICRO_BATCHES, K=K, expected=expected)
     for index, (g, r) in enumerate(zip(got, references, strict=True)):
         if torch.allclose(g, r, rtol=1e-4, atol=1e-6):
             continue
         if not g.any():
-            return (
-                f"step() {index + 1} saw no gradient: did zero_grad() run between backward() "
-                "and step()?"
-            )
+            return _(
+                "step() {value} saw no gradient: did zero_grad() run between backward() and step()?"
+            ).format(value=index + 1)
         if index > 0 and torch.allclose(g - got[index - 1], r, rtol=1e-3, atol=1e-5):
-            return (
-                f"window {index + 1} still held window {index}'s gradient: zero the grads "
-                "before each window."
-            )
+            return _(
+                "window {value} still held window {index}'s gradient: "
+                "zero the grads before each window."
+            ).format(value=index + 1, index=index)
         ratio = (g @ r / (r @ r)).item()
         aligned = torch.allclose(g, ratio * r, rtol=1e-3, atol=1e-6)
         if aligned and index == expected - 1 and abs(ratio - (MICRO_BATCHES % K) / K) < 1e-3:
-            return (
-                f"your last window is divided by k={K} but holds only {MICRO_BATCHES % K} "
-                f"micro-batches: its gradient is {ratio:.2g} of what it should be. Divide by "
-                "what the window really holds."
-            )
+            return _(
+                "your last window is divided by k={K} but holds only "
+                "{value} micro-batches: its gradient is {ratio:.2g} "
+                "of what it should be. Divide by what the window really "
+                "holds."
+            ).format(K=K, value=MICRO_BATCHES % K, ratio=ratio)
         if aligned and case == "padded" and ratio < 1:
-            return (
-                f"window {index + 1}'s gradient is {ratio:.3g}x the mean over its tokens: you "
-                "divided by more tokens than it holds. targets.numel() counts the padding too: "
-                "count the non-padding tokens, (targets != -100).sum(), over that window."
-            )
-        if aligned:
-            return (
-                f"window {index + 1}'s gradient is {ratio:.3g}x the mean over its tokens: divide "
-                "the summed loss by the number of non-padding tokens (targets != -100) in "
+            return _(
+                "window {value}'s gradient is {ratio:.3g}x the mean "
+                "over its tokens: you divided by more tokens than it "
+                "holds. targets.numel() counts the padding too: count "
+                "the non-padding tokens, (targets != -100).sum(), over "
                 "that window."
-            )
-        return (
-            f"window {index + 1}'s gradient points in another direction than the {case} "
-            "window's mean: the micro-batches are weighted unequally. Sum the per-token losses "
-            "over the window and divide by the window's token count, not by each micro-batch's."
-        )
+            ).format(value=index + 1, ratio=ratio)
+        if aligned:
+            return _(
+                "window {value}'s gradient is {ratio:.3g}x the mean "
+                "over its tokens: divide the summed loss by the number "
+                "of non-padding tokens (targets != -100) in that window."
+            ).format(value=index + 1, ratio=ratio)
+        return _(
+            "window {value}'s gradient points in another direction "
+            "than the {case} window's mean: the micro-batches are "
+            "weighted unequally. Sum the per-token losses over "
+            "the window and divide by the window's token count, "
+            "not by each micro-batch's."
+        ).format(value=index + 1, case=case)
     return None
 
 
@@ -122,26 +134,36 @@ def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
             call_learner(train_epoch, model, optimizer, loss_fn, micro_batches, K)
         mistake = _diagnose(record.at_steps, references, case)
         if mistake is not None:
-            return wrong(f"with {case} sequences, {mistake}")
-    return correct("every window, the short tail included, stepped with its exact mean gradient.")
+            return wrong(_("with {case} sequences, {mistake}").format(case=case, mistake=mistake))
+    return correct(
+        _("every window, the short tail included, stepped with its exact mean gradient.")
+    )
 
 
 check_tail_fraction = number_checker(
     3 / 4,
     {
-        3 / 11: "3/11 is the tail's share of the data (3 of the 11 micro-batches). The "
-        "question compares the tail's step with the tail's own correct gradient, the mean "
-        "over its 3 micro-batches.",
-        0: "The tail is not dropped: the article's `if len(loader) % accumulation_steps != 0` "
-        "runs one more step() on it, with the gradient its 3 micro-batches accumulated.",
-        1: "The article divides every micro-batch's loss by k = 4, the tail's too, but the "
-        "tail's correct mean divides by 3.",
-        1 / 4: "1/4 is one micro-batch's weight; the tail sums three of them: 3 x 1/4.",
-        4 / 3: "Upside down: the tail gets less than it should (3 terms of 1/4 each, where "
-        "the mean needs 3 terms of 1/3).",
-        1 / 2: "0.5 is the tail of 2 in section 2; here the tail holds 3.",
+        3 / 11: N_(
+            "3/11 is the tail's share of the data (3 of the 11 micro-batches). The "
+            "question compares the tail's step with the tail's own correct gradient, the mean "
+            "over its 3 micro-batches."
+        ),
+        0: N_(
+            "The tail is not dropped: the article's `if len(loader) % accumulation_steps != 0` "
+            "runs one more step() on it, with the gradient its 3 micro-batches accumulated."
+        ),
+        1: N_(
+            "The article divides every micro-batch's loss by k = 4, the tail's too, but the "
+            "tail's correct mean divides by 3."
+        ),
+        1 / 4: N_("1/4 is one micro-batch's weight; the tail sums three of them: 3 x 1/4."),
+        4 / 3: N_(
+            "Upside down: the tail gets less than it should (3 terms of 1/4 each, where "
+            "the mean needs 3 terms of 1/3)."
+        ),
+        1 / 2: N_("0.5 is the tail of 2 in section 2; here the tail holds 3."),
     },
-    "The tail sums 3 micro-batch losses, each divided by 4; its correct mean divides by 3.",
+    N_("The tail sums 3 micro-batch losses, each divided by 4; its correct mean divides by 3."),
     doc="""Exercise 03.1: the article's loop with k = 4 over 11 equal micro-batches: the tail
     window of 3 gets 3/4 of its correct gradient.""",
 )
@@ -156,22 +178,29 @@ def check_exact_norms(answer: object) -> CheckResult:
         return wrong(NOT_ANSWERED)
     given = as_names(answer, "{'LayerNorm'}", names=NORMS) - {"none"}
     if not given <= set(NORMS):
-        return wrong("use the names 'BatchNorm', 'GroupNorm' and 'LayerNorm'.")
+        return wrong(_("use the names 'BatchNorm', 'GroupNorm' and 'LayerNorm'."))
     if given == {"GroupNorm", "LayerNorm"}:
         return correct(
-            "both normalize each sample on its own, so a sample's output does not "
-            "depend on which micro-batch it is in."
+            _(
+                "both normalize each sample on its own, so a sample's output does not "
+                "depend on which micro-batch it is in."
+            )
         )
     hints = []
     if "BatchNorm" in given:
         hints.append(
-            "BatchNorm normalizes with the mean and variance of the whole (micro-)"
-            "batch: smaller micro-batches give other statistics, other outputs."
+            _(
+                "BatchNorm normalizes with the mean and variance of the whole (micro-)"
+                "batch: smaller micro-batches give other statistics, other outputs."
+            )
         )
     for name in ("GroupNorm", "LayerNorm"):
         if name not in given:
             hints.append(
-                f"{name} computes its statistics within each sample: it keeps accumulation exact."
+                _(
+                    "{name} computes its statistics within each sample: "
+                    "it keeps accumulation exact."
+                ).format(name=name)
             )
     return wrong(" ".join(hints))
 
@@ -182,15 +211,23 @@ def check_exact_norms(answer: object) -> CheckResult:
 COUPLING_OPTIONS = ("A", "B", "C", "D")
 COUPLING_EXACT = {"A", "B"}
 COUPLING_HINTS = {
-    "A": "A, BatchNorm in eval mode, normalizes with its running statistics: numbers stored in "
-    "the layer, not taken from the batch, so each sample's output is its own and accumulation "
-    "stays exact.",
-    "B": "B divides each sample by its own length: nothing from the other samples enters, so "
-    "accumulation stays exact.",
-    "C": "C subtracts the mean of the batch it sees: with micro-batches of 8 that is each "
-    "micro-batch's own mean, so a sample's output depends on which micro-batch it is in.",
-    "D": "D scores each sample against the other samples of its batch: in a micro-batch of 8 a "
-    "sample meets 7 others, in one batch of 32 it meets 31, so its loss is another.",
+    "A": N_(
+        "A, BatchNorm in eval mode, normalizes with its running statistics: numbers stored in "
+        "the layer, not taken from the batch, so each sample's output is its own and accumulation "
+        "stays exact."
+    ),
+    "B": N_(
+        "B divides each sample by its own length: nothing from the other samples enters, so "
+        "accumulation stays exact."
+    ),
+    "C": N_(
+        "C subtracts the mean of the batch it sees: with micro-batches of 8 that is each "
+        "micro-batch's own mean, so a sample's output depends on which micro-batch it is in."
+    ),
+    "D": N_(
+        "D scores each sample against the other samples of its batch: in a micro-batch of 8 a "
+        "sample meets 7 others, in one batch of 32 it meets 31, so its loss is another."
+    ),
 }
 
 
@@ -206,16 +243,19 @@ def check_batch_coupling(answer: object) -> CheckResult:
     unknown = given - set(COUPLING_OPTIONS)
     if unknown:
         return wrong(
-            f"{', '.join(sorted(unknown))}: answer with the letters A, B, C and D, for "
-            "example {'A', 'C'}."
+            _("{unknown}: answer with the letters A, B, C and D, for example {{'A', 'C'}}.").format(
+                unknown=", ".join(sorted(unknown))
+            )
         )
     if given == COUPLING_EXACT:
         return correct(
-            "A and B give each sample an output of its own; C and D mix the samples of a "
-            "batch, so micro-batches change what each sample sees."
+            _(
+                "A and B give each sample an output of its own; C and D mix the samples of a "
+                "batch, so micro-batches change what each sample sees."
+            )
         )
     mistaken = (given - COUPLING_EXACT) | (COUPLING_EXACT - given)
-    return wrong(" ".join(COUPLING_HINTS[option] for option in sorted(mistaken)))
+    return wrong(" ".join(translate(COUPLING_HINTS[option]) for option in sorted(mistaken)))
 
 
 # Exercise 03.5 (optional): the loss to log for a window. Each case: the micro-batches' mean
@@ -232,37 +272,49 @@ def log_mistakes(losses: list[float], counts: list[int]) -> list[tuple[float, st
     k, total = len(losses), sum(counts)
     summed = sum(loss * count for loss, count in zip(losses, counts, strict=True))
     return [
-        (losses[-1], "that is the last micro-batch's loss alone: log the whole window's."),
+        (losses[-1], _("that is the last micro-batch's loss alone: log the whole window's.")),
         (
             losses[-1] / k,
-            "that is the last micro-batch's divided loss, what `print(loss.item())` shows "
-            "after `loss = loss / k`: log the whole window's loss, not the last piece of it.",
+            _(
+                "that is the last micro-batch's divided loss, what `print(loss.item())` shows "
+                "after `loss = loss / k`: log the whole window's loss, not the last piece of it."
+            ),
         ),
         (
             losses[-1] * counts[-1] / total,
-            "that is the last micro-batch's scaled loss (its loss x its share of the "
-            "window): add up every micro-batch's share.",
+            _(
+                "that is the last micro-batch's scaled loss (its loss x its share of the "
+                "window): add up every micro-batch's share."
+            ),
         ),
         (
             sum(losses) / k,
-            "that is the mean of the micro-batch means, the sum of the losses divided by k: "
-            "a short micro-batch counts as much as a full one. Weight each loss by its count.",
+            _(
+                "that is the mean of the micro-batch means, the sum of the losses divided by k: "
+                "a short micro-batch counts as much as a full one. Weight each loss by its count."
+            ),
         ),
         (
             sum(losses),
-            "that is the sum of the micro-batch means, k times too large for equal "
-            "micro-batches: weight each by its count and divide by the window's count.",
+            _(
+                "that is the sum of the micro-batch means, k times too large for equal "
+                "micro-batches: weight each by its count and divide by the window's count."
+            ),
         ),
-        (summed, "that is the window's summed loss: divide it by the window's count."),
+        (summed, _("that is the window's summed loss: divide it by the window's count.")),
         (
             summed / k,
-            "you divided the summed loss by k, the number of micro-batches: divide by the "
-            "number of items in the window, sum(counts).",
+            _(
+                "you divided the summed loss by k, the number of micro-batches: divide by the "
+                "number of items in the window, sum(counts)."
+            ),
         ),
         (
             summed / (k * max(counts)),
-            "you divided by k x a full micro-batch, as if every micro-batch were full: "
-            "divide by what the window holds, sum(counts).",
+            _(
+                "you divided by k x a full micro-batch, as if every micro-batch were full: "
+                "divide by what the window holds, sum(counts)."
+            ),
         ),
     ]
 
@@ -280,21 +332,25 @@ def check_window_loss(window_loss: Callable) -> CheckResult:
         result = call_learner(window_loss, given, list(counts))
         if is_unanswered(result):
             return wrong(NOT_ANSWERED)
-        value = as_number(result, "the value your function returns")
+        value = as_number(result, _("the value your function returns"))
         expected = sum(loss * count for loss, count in zip(losses, counts, strict=True))
         expected /= sum(counts)
         if number_matches(value, expected):
             continue
-        where = f"for losses {losses} over counts {counts}, you returned {value:.4g}"
+        where = _("for losses {losses} over counts {counts}, you returned {value:.4g}").format(
+            losses=losses, counts=counts, value=value
+        )
         for mistaken, hint in log_mistakes(losses, counts):
             if number_matches(value, mistaken):
-                return wrong(f"{where}: {hint}")
+                return wrong(_("{where}: {hint}").format(where=where, hint=hint))
         return wrong(
-            f"{where}, the window's loss is {expected:.4g}: sum(loss x count) over the "
-            "micro-batches, divided by sum(counts)."
+            _(
+                "{where}, the window's loss is {expected:.4g}: sum(loss "
+                "x count) over the micro-batches, divided by sum(counts)."
+            ).format(where=where, expected=expected)
         )
     return correct(
-        "the window's loss is its items' mean, the same number one big batch would give."
+        _("the window's loss is its items' mean, the same number one big batch would give.")
     )
 
 
@@ -307,40 +363,55 @@ def _schedule_mistakes(n: int, k: int, epochs: int) -> list[tuple[float, str]]:
     return [
         (
             n * epochs,
-            "that counts micro-batches, not optimizer steps: a schedule that long lasts "
-            f"about k = {k} times longer than training, which ends inside it.",
+            _(
+                "that counts micro-batches, not optimizer steps: a "
+                "schedule that long lasts about k = {k} times longer "
+                "than training, which ends inside it."
+            ).format(k=k),
         ),
         (
             epochs * (n // k),
-            "n // k leaves out each epoch's short last window, which is stepped too: "
-            "OneCycleLR then raises after its last step. Round up instead.",
+            _(
+                "n // k leaves out each epoch's short last window, which is stepped too: "
+                "OneCycleLR then raises after its last step. Round up instead."
+            ),
         ),
         (
             epochs * (n // k + 1),
-            "n // k + 1 adds a short window even when k divides n and there is none: "
-            "round up, ceil(n / k).",
+            _(
+                "n // k + 1 adds a short window even when k divides n and there is none: "
+                "round up, ceil(n / k)."
+            ),
         ),
         (
             n * epochs / k,
-            "true division counts a fraction of a step: the short window is one whole "
-            "step. Count the windows of one epoch, rounded up, then multiply.",
+            _(
+                "true division counts a fraction of a step: the short window is one whole "
+                "step. Count the windows of one epoch, rounded up, then multiply."
+            ),
         ),
         (
             (n * epochs) // k,
-            "windows do not run across epochs: each epoch ends with its own short window. "
-            "Count the windows of one epoch, rounded up, then multiply by epochs.",
+            _(
+                "windows do not run across epochs: each epoch ends with its own short window. "
+                "Count the windows of one epoch, rounded up, then multiply by epochs."
+            ),
         ),
         (
             math.ceil(n * epochs / k),
-            "windows do not run across epochs: each epoch ends with its own short window. "
-            "Count the windows of one epoch, rounded up, then multiply by epochs.",
+            _(
+                "windows do not run across epochs: each epoch ends with its own short window. "
+                "Count the windows of one epoch, rounded up, then multiply by epochs."
+            ),
         ),
-        (math.ceil(n / k), "that is one epoch's optimizer steps: multiply by epochs."),
+        (math.ceil(n / k), _("that is one epoch's optimizer steps: multiply by epochs.")),
         (
             epochs * round(n / k),
-            "round() goes to the nearest whole number, so a short last window of less than "
-            "half of k is dropped (and 2.5 rounds to 2): every short window is one more step, "
-            "round up with math.ceil(n / k).",
+            _(
+                "round() goes to the nearest whole number, so a short last window of less than "
+                "half of k is dropped (and 2.5 rounds to 2): every short window is one more step, "
+                "round up with math.ceil(n / k)."
+            ),
         ),
     ]
 
@@ -363,7 +434,7 @@ def check_scheduler_steps(scheduler_steps: Callable) -> CheckResult:
         result = call_learner(scheduler_steps, n, k, epochs)
         if is_unanswered(result):
             return wrong(NOT_ANSWERED)
-        values.append(as_number(result, "the value your function returns"))
+        values.append(as_number(result, _("the value your function returns")))
         as_float = as_float or not _is_whole_number(result)
     expected = [epochs * math.ceil(n / k) for n, k, epochs in SCHEDULE_CASES]
     wrong_cases = [
@@ -372,20 +443,33 @@ def check_scheduler_steps(scheduler_steps: Callable) -> CheckResult:
     if wrong_cases:
         # a mistake is named only when it gives every one of the learner's numbers
         mistakes = [_schedule_mistakes(*case) for case in SCHEDULE_CASES]
-        for index, (_, hint) in enumerate(mistakes[0]):
+        for index, (_value, hint) in enumerate(mistakes[0]):
             if all(number_matches(v, m[index][0]) for v, m in zip(values, mistakes, strict=True)):
                 first = wrong_cases[0]
                 n, k, epochs = SCHEDULE_CASES[first]
                 return wrong(
-                    f"with {n} micro-batches per epoch, k = {k} and {epochs} epochs you counted "
-                    f"{values[first]:g}: {hint}"
+                    _(
+                        "with {n} micro-batches per epoch, k = {k} and {epochs} "
+                        "epochs you counted {values:g}: {hint}"
+                    ).format(n=n, k=k, epochs=epochs, values=values[first], hint=hint)
                 )
         n, k, epochs = SCHEDULE_CASES[wrong_cases[0]]
         return wrong(
-            f"with {n} micro-batches per epoch, k = {k} and {epochs} epochs you counted "
-            f"{values[wrong_cases[0]]:g}, the run makes {expected[wrong_cases[0]]} optimizer "
-            "steps: each epoch has ceil(n / k) windows, the short last one included, and each "
-            "window is one step."
+            _(
+                "with {n} micro-batches per epoch, k = {k} and {epochs} "
+                "epochs you counted {values:g}, the run makes {expected} "
+                "optimizer steps: each epoch has ceil(n / k) windows, "
+                "the short last one included, and each window is one "
+                "step."
+            ).format(
+                n=n,
+                k=k,
+                epochs=epochs,
+                values=values[wrong_cases[0]],
+                expected=expected[wrong_cases[0]],
+            )
         )
-    note = " Return it as an int: OneCycleLR(total_steps=...) refuses a float." if as_float else ""
-    return correct("one step per window, the short last window of every epoch counted." + note)
+    note = (
+        _(" Return it as an int: OneCycleLR(total_steps=...) refuses a float.") if as_float else ""
+    )
+    return correct(_("one step per window, the short last window of every epoch counted.") + note)

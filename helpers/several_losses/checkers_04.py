@@ -24,6 +24,7 @@ from helpers.checks import (
 )
 from helpers.models import TwoHeads
 from helpers.several_losses.multitask import flatten, task_gradients
+from helpers.translation import N_, _
 
 WEIGHTS = (0.3, 2.0)
 
@@ -81,18 +82,22 @@ def check_two_task_window(two_task_window: Callable) -> CheckResult:
             error
         ):
             return wrong(
-                "a second backward() found a micro-batch's graph freed: loss_a and loss_b of one "
-                "micro-batch share its trunk nodes. Weight and add them first, then call "
-                "backward() once per micro-batch."
+                _(
+                    "a second backward() found a micro-batch's graph freed: loss_a and loss_b "
+                    "of one micro-batch share its trunk nodes. Weight and add them first, then "
+                    "call backward() once per micro-batch."
+                )
             )
         if isinstance(error, TypeError) and "NoneType" in str(error):
             return wrong(
-                "backward() returns None, so `w_a * loss_a.backward()` multiplies None: "
-                "weight the loss first, `(w_a * loss_a).backward()`."
+                _(
+                    "backward() returns None, so `w_a * loss_a.backward()` multiplies None: "
+                    "weight the loss first, `(w_a * loss_a).backward()`."
+                )
             )
         raise
     if any(p.grad is None for p in trunk):
-        return wrong("the trunk got no gradient: did you call backward()?")
+        return wrong(_("the trunk got no gradient: did you call backward()?"))
     got = torch.cat([p.grad.flatten() for p in trunk])
     total, k = sum(counts), len(counts)
 
@@ -106,74 +111,105 @@ def check_two_task_window(two_task_window: Callable) -> CheckResult:
         (window(share), None),
         (
             window(lambda i: 1 / k),
-            f"each micro-batch was divided by k = {k}, but the micro-batches hold "
-            f"{counts} samples: the short one counts as much as a full one. Scale each by "
-            "its share of the window, count / sum(counts).",
+            _(
+                "each micro-batch was divided by k = {k}, but the micro-batches "
+                "hold {counts} samples: the short one counts as much "
+                "as a full one. Scale each by its share of the window, "
+                "count / sum(counts)."
+            ).format(k=k, counts=counts),
         ),
         (
             window(lambda i: 1),
-            "the micro-batches' losses were added undivided: the window's gradient is "
-            f"{k} micro-batch means added up. Scale each by its share, count / sum(counts).",
+            _(
+                "the micro-batches' losses were added undivided: the "
+                "window's gradient is {k} micro-batch means added up. "
+                "Scale each by its share, count / sum(counts)."
+            ).format(k=k),
         ),
         (
             window(lambda i: counts[i]),
-            "each micro-batch was multiplied by its count but never divided by the window's "
-            "count: divide by sum(counts) too.",
+            _(
+                "each micro-batch was multiplied by its count but never divided by the window's "
+                "count: divide by sum(counts) too."
+            ),
         ),
         (
             window(lambda i: 1 / total),
-            "each micro-batch's mean loss was divided by the window's count alone: a mean "
-            "loss is already divided by its own count, so scale it by count / sum(counts).",
+            _(
+                "each micro-batch's mean loss was divided by the window's count alone: a mean "
+                "loss is already divided by its own count, so scale it by count / sum(counts)."
+            ),
         ),
         (
             window(share, 1, 1),
-            "the trunk got g_a + g_b: the weights w_a and w_b are missing.",
+            _("the trunk got g_a + g_b: the weights w_a and w_b are missing."),
         ),
-        (window(share, w_b, w_a), "the weights are swapped: w_a weights loss_a, w_b loss_b."),
-        (window(share, w_a, 0), "only loss_a reached the trunk: add w_b * loss_b before backward."),
-        (window(share, 0, w_b), "only loss_b reached the trunk: add w_a * loss_a before backward."),
-        (window(share, 1, w_b), "loss_a reached the trunk without its weight w_a."),
-        (window(share, w_a, 1), "loss_b reached the trunk without its weight w_b."),
-        (window(share, w_a**2, w_b**2), "each weight was applied twice: weight the losses once."),
+        (window(share, w_b, w_a), _("the weights are swapped: w_a weights loss_a, w_b loss_b.")),
+        (
+            window(share, w_a, 0),
+            _("only loss_a reached the trunk: add w_b * loss_b before backward."),
+        ),
+        (
+            window(share, 0, w_b),
+            _("only loss_b reached the trunk: add w_a * loss_a before backward."),
+        ),
+        (window(share, 1, w_b), _("loss_a reached the trunk without its weight w_a.")),
+        (window(share, w_a, 1), _("loss_b reached the trunk without its weight w_b.")),
+        (
+            window(share, w_a**2, w_b**2),
+            _("each weight was applied twice: weight the losses once."),
+        ),
         (
             window(share) / (w_a + w_b),
-            "the weights were normalized to sum to 1 (divided by w_a + w_b): use w_a and w_b "
-            "as they are.",
+            _(
+                "the weights were normalized to sum to 1 (divided by w_a + w_b): use w_a and w_b "
+                "as they are."
+            ),
         ),
         (
             window(share) / 2,
-            "the weighted sum was halved (a mean of the two losses): add them, "
-            "w_a * loss_a + w_b * loss_b.",
+            _(
+                "the weighted sum was halved (a mean of the two losses): add them, "
+                "w_a * loss_a + w_b * loss_b."
+            ),
         ),
         (
             window(share, which=[k - 1]),
-            "only the last micro-batch reached the trunk: call backward() for every "
-            "micro-batch of the window.",
+            _(
+                "only the last micro-batch reached the trunk: call backward() for every "
+                "micro-batch of the window."
+            ),
         ),
         (
             window(lambda i: 1 / k, which=[k - 1]),
-            "only the last micro-batch reached the trunk: call backward() for every "
-            "micro-batch of the window.",
+            _(
+                "only the last micro-batch reached the trunk: call backward() for every "
+                "micro-batch of the window."
+            ),
         ),
     ]
     for candidate, hint in candidates:
         if torch.allclose(got, candidate, atol=1e-6):
             if hint is None:
                 return correct(
-                    "the trunk holds the window's w_a * g_a + w_b * g_b, the short micro-batch "
-                    "weighted by its share."
+                    _(
+                        "the trunk holds the window's w_a * g_a + w_b * g_b, the short micro-batch "
+                        "weighted by its share."
+                    )
                 )
             return wrong(hint)
     return wrong(
-        "the trunk's gradient is not the window's w_a * g_a + w_b * g_b: for each micro-batch, "
-        "backward (w_a * loss_a + w_b * loss_b) * count / sum(counts) once."
+        _(
+            "the trunk's gradient is not the window's w_a * g_a + w_b * g_b: for each micro-batch, "
+            "backward (w_a * loss_a + w_b * loss_b) * count / sum(counts) once."
+        )
     )
 
 
 MISORDERED_GAN = {
-    "A": "it raises the in-place error",
-    "B": "opt_d.step() uses a gradient of g_loss as well as the gradient of d_loss",
-    "C": "opt_g.step() uses the gradient of g_loss only",
+    "A": N_("it raises the in-place error"),
+    "B": N_("opt_d.step() uses a gradient of g_loss as well as the gradient of d_loss"),
+    "C": N_("opt_g.step() uses the gradient of g_loss only"),
 }
 """Exercise 04.2's statements about this update (G's backward first, both steps last)::
 
@@ -201,29 +237,38 @@ def check_misordered_gan(answer: object) -> CheckResult:
     unknown = given - set(MISORDERED_GAN)
     if unknown:
         return wrong(
-            f"the statements are 'A', 'B' and 'C'; {', '.join(sorted(map(repr, unknown)))} "
-            "is not one of them."
+            _("the statements are 'A', 'B' and 'C'; {unknown} is not one of them.").format(
+                unknown=", ".join(sorted(map(repr, unknown)))
+            )
         )
     if given == MISORDERED_GAN_TRUE:
         return correct(
-            "D's step mixes in the generator's loss (zero D right before d_loss.backward() "
-            "to fix it), and fake.detach() keeps G's gradient its own."
+            _(
+                "D's step mixes in the generator's loss (zero D right before d_loss.backward() "
+                "to fix it), and fake.detach() keeps G's gradient its own."
+            )
         )
     hints = []
     if "A" in given:
         hints.append(
-            "A is false: nothing raises. The in-place error needs a step between a forward "
-            "and the backward through it; here both steps come after every backward."
+            _(
+                "A is false: nothing raises. The in-place error needs a step between a forward "
+                "and the backward through it; here both steps come after every backward."
+            )
         )
     if "B" not in given:
         hints.append(
-            "B is true: g_loss.backward() goes back through D to reach G, and it runs after "
-            "opt_d.zero_grad(), so D's .grad still holds g_loss's gradient when D steps."
+            _(
+                "B is true: g_loss.backward() goes back through D to reach G, and it runs after "
+                "opt_d.zero_grad(), so D's .grad still holds g_loss's gradient when D steps."
+            )
         )
     if "C" not in given:
         hints.append(
-            "C is true: fake.detach() stops d_loss's backward at D, so G's .grad holds only "
-            "g_loss's gradient."
+            _(
+                "C is true: fake.detach() stops d_loss's backward at D, so G's .grad holds only "
+                "g_loss's gradient."
+            )
         )
     return wrong(" ".join(hints))
 
@@ -263,79 +308,112 @@ def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
         text = str(failure.error)
         if "backward through the graph a second time" in text:
             return wrong(
-                "the second loss found the graph freed: both losses share the trunk's graph, "
-                "so pass retain_graph=True to torch.autograd.grad (at least for all but the "
-                "last loss)."
+                _(
+                    "the second loss found the graph freed: both losses share the trunk's graph, "
+                    "so pass retain_graph=True to torch.autograd.grad (at least for all but the "
+                    "last loss)."
+                )
             )
         if "appears to not have been used in the graph" in text:
             return wrong(
-                "loss_a does not reach head_b's parameters, so torch.autograd.grad refuses "
-                "them: pass allow_unused=True and count a None gradient as 0."
+                _(
+                    "loss_a does not reach head_b's parameters, so torch.autograd.grad refuses "
+                    "them: pass allow_unused=True and count a None gradient as 0."
+                )
             )
         if "NoneType" in text:
             return wrong(
-                "with allow_unused=True a parameter a loss does not reach gets None, not a "
-                "tensor: count it as 0 (skip it, or use torch.zeros_like)."
+                _(
+                    "with allow_unused=True a parameter a loss does not reach gets None, not a "
+                    "tensor: count it as 0 (skip it, or use torch.zeros_like)."
+                )
             )
         raise
     wiped = sum(p.grad is None for p in params)
     if wiped:
         return wrong(
-            f"{wiped} parameters lost the .grad they held (set to None): those were "
-            "gradients an accumulation loop still needs. torch.autograd.grad(loss, params, "
-            "...) returns each loss's gradients without touching .grad, so there is nothing "
-            "to reset."
+            _(
+                "{wiped} parameters lost the .grad they held (set to "
+                "None): those were gradients an accumulation loop still "
+                "needs. torch.autograd.grad(loss, params, ...) returns "
+                "each loss's gradients without touching .grad, so there "
+                "is nothing to reset."
+            ).format(wiped=wiped)
         )
     changed = sum(not torch.equal(p.grad, h) for p, h in zip(params, held, strict=True))
     if changed:
         return wrong(
-            f"{changed} parameters' .grad changed: backward() adds into .grad (and zeroing "
-            "it wipes what was there); torch.autograd.grad(loss, params, ...) returns the "
-            "gradients instead, leaving .grad alone."
+            _(
+                "{changed} parameters' .grad changed: backward() adds "
+                "into .grad (and zeroing it wipes what was there); "
+                "torch.autograd.grad(loss, params, ...) returns the "
+                "gradients instead, leaving .grad alone."
+            ).format(changed=changed)
         )
     try:
-        values = [as_number(value, "each norm") for value in got]
+        values = [as_number(value, _("each norm")) for value in got]
     except (TypeError, AnswerKindError):
         return wrong(
-            "return a list with one number per loss, for example [norm_a, norm_b]; got "
-            f"{type(got).__name__}"
+            _(
+                "return a list with one number per loss, for example [norm_a, norm_b]; got {name}"
+            ).format(name=type(got).__name__)
         )
     if len(values) != 2:
-        return wrong(f"two losses, so two norms; your function returned {len(values)}.")
+        return wrong(
+            _("two losses, so two norms; your function returned {n_values}.").format(
+                n_values=len(values)
+            )
+        )
     if all(number_matches(v, e) for v, e in zip(values, expected, strict=True)):
-        return correct(f"the two tasks' gradient norms, {expected[0]:.4g} and {expected[1]:.4g}.")
+        return correct(
+            _("the two tasks' gradient norms, {expected:.4g} and {expected2:.4g}.").format(
+                expected=expected[0], expected2=expected[1]
+            )
+        )
     squared = [e**2 for e in expected]
     if all(number_matches(v, s) for v, s in zip(values, squared, strict=True)):
-        return wrong("these are the squared norms: take the square root of the sum of squares.")
+        return wrong(_("these are the squared norms: take the square root of the sum of squares."))
     combined = (flatten(reference[0]) + flatten(reference[1])).norm().item()
     if all(number_matches(v, combined) for v in values):
         return wrong(
-            "both numbers are the norm of the summed gradient g_a + g_b: take each loss's "
-            "gradient on its own."
+            _(
+                "both numbers are the norm of the summed gradient g_a + g_b: take each loss's "
+                "gradient on its own."
+            )
         )
     l1 = [flatten(g).abs().sum().item() for g in reference]
     if all(number_matches(v, e) for v, e in zip(values, l1, strict=True)):
         return wrong(
-            "these are L1 norms (the sum of absolute values): the gradient norm is the L2 "
-            "norm, the square root of the sum of squared entries."
+            _(
+                "these are L1 norms (the sum of absolute values): the gradient norm is the L2 "
+                "norm, the square root of the sum of squared entries."
+            )
         )
     with_held = [
         (flatten(g) + torch.cat([h.flatten() for h in held])).norm().item() for g in reference
     ]
     if all(number_matches(v, e) for v, e in zip(values, with_held, strict=True)):
         return wrong(
-            "these norms include the gradients .grad already held: read each loss's own "
-            "gradient from torch.autograd.grad, not from .grad."
+            _(
+                "these norms include the gradients .grad already held: read each loss's own "
+                "gradient from torch.autograd.grad, not from .grad."
+            )
         )
     per_tensor_sum = [sum(g.norm().item() for g in grads) for grads in reference]
     if all(number_matches(v, s) for v, s in zip(values, per_tensor_sum, strict=True)):
         return wrong(
-            "you added the norms of the separate tensors; the norm over all parameters is "
-            "the square root of the sum of all squared entries (torch.cat the flattened "
-            "gradients, or sqrt of the sum of squared norms)."
+            _(
+                "you added the norms of the separate tensors; the norm over all parameters is "
+                "the square root of the sum of all squared entries (torch.cat the flattened "
+                "gradients, or sqrt of the sum of squared norms)."
+            )
         )
     return wrong(
-        f"expected norms near {expected[0]:.4g} and {expected[1]:.4g}, got "
-        f"{', '.join(f'{v:.4g}' for v in values)}: the norm of each loss's gradient over "
-        "all params (the L2 norm of all entries together)."
+        _(
+            "expected norms near {expected:.4g} and {expected2:.4g}, "
+            "got {names}: the norm of each loss's gradient over "
+            "all params (the L2 norm of all entries together)."
+        ).format(
+            expected=expected[0], expected2=expected[1], names=", ".join(f"{v:.4g}" for v in values)
+        )
     )

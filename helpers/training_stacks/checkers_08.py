@@ -10,6 +10,7 @@ import torch
 from helpers.checks import number_checker
 from helpers.training_stacks.backward_step_exercise import check_repaired_window
 from helpers.training_stacks.scale_after_exercise import check_scale_after_window
+from helpers.translation import N_
 
 
 def naive_token_weight() -> float:
@@ -26,24 +27,40 @@ def naive_token_weight() -> float:
 check_naive_token_weight = number_checker(
     naive_token_weight,
     {
-        1.0: "1 would mean the per-rank mean is exact, but rank 0's 30 tokens share one mean, "
-        "so each gets 1/30 of it, more than each of rank 1's 50 tokens gets of theirs.",
-        3 / 4: "3/4 is the inverse: rank 0 holds fewer tokens, so each of its tokens weighs "
-        "more than 1/80, not less: (1/30 x 1/2) / (1/80) = 80/60.",
-        1 / 60: "1/60 is the token's weight itself: divide it by the exact weight 1/80.",
-        8 / 3: "80/30 forgets that DDP averages the two ranks (it divides their sum by 2): "
-        "the weight is 1/30 x 1/2 = 1/60, and (1/60) / (1/80) = 80/60.",
-        1 / 30: "1/30 is the weight within rank 0's own mean: DDP then halves it (the "
-        "average of 2 ranks), and the question asks for that divided by 1/80.",
-        4 / 5: "0.8 is a token of rank 1 (50 tokens): (1/50 x 1/2) / (1/80). The question "
-        "asks about rank 0's 30 tokens.",
-        5 / 3: "50/30 compares a token of rank 0 with a token of rank 1: the question "
-        "compares it with the exact weight, 1/80 for every token.",
-        3 / 5: "30/50 compares the two ranks' counts: the question compares a token of rank "
-        "0's weight, 1/30 x 1/2, with the exact 1/80.",
+        1.0: N_(
+            "1 would mean the per-rank mean is exact, but rank 0's 30 tokens share one mean, "
+            "so each gets 1/30 of it, more than each of rank 1's 50 tokens gets of theirs."
+        ),
+        3 / 4: N_(
+            "3/4 is the inverse: rank 0 holds fewer tokens, so each of its tokens weighs "
+            "more than 1/80, not less: (1/30 x 1/2) / (1/80) = 80/60."
+        ),
+        1 / 60: N_("1/60 is the token's weight itself: divide it by the exact weight 1/80."),
+        8 / 3: N_(
+            "80/30 forgets that DDP averages the two ranks (it divides their sum by 2): "
+            "the weight is 1/30 x 1/2 = 1/60, and (1/60) / (1/80) = 80/60."
+        ),
+        1 / 30: N_(
+            "1/30 is the weight within rank 0's own mean: DDP then halves it (the "
+            "average of 2 ranks), and the question asks for that divided by 1/80."
+        ),
+        4 / 5: N_(
+            "0.8 is a token of rank 1 (50 tokens): (1/50 x 1/2) / (1/80). The question "
+            "asks about rank 0's 30 tokens."
+        ),
+        5 / 3: N_(
+            "50/30 compares a token of rank 0 with a token of rank 1: the question "
+            "compares it with the exact weight, 1/80 for every token."
+        ),
+        3 / 5: N_(
+            "30/50 compares the two ranks' counts: the question compares a token of rank "
+            "0's weight, 1/30 x 1/2, with the exact 1/80."
+        ),
     },
-    "A token of rank 0 gets 1/30 of rank 0's mean; DDP averages the 2 ranks, halving it; "
-    "divide that by the exact 1/80. If you rounded, write the fraction instead.",
+    N_(
+        "A token of rank 0 gets 1/30 of rank 0's mean; DDP averages the 2 ranks, halving it; "
+        "divide that by the exact 1/80. If you rounded, write the fraction instead."
+    ),
     doc="Exercise 08.1: with each rank's own token mean (30 and 50 tokens) averaged by DDP, "
     "a token of rank 0 weighs (1/30 x 1/2) / (1/80) = 80/60 times the exact 1/80.",
 )
@@ -51,33 +68,57 @@ check_naive_token_weight = number_checker(
 check_fewer_micro_batches = number_checker(
     2 / 80,
     {
-        1 / 80: "1/80 forgets that DDP averages the two ranks' gradients (it divides their "
-        "sum by 2): multiply by the world size too, 2 / 80.",
-        2 / 35: "2/35 uses rank 1's own count: all-reduce the count first, so that every "
-        "rank divides by the window's tokens, 45 + 35 = 80.",
-        1 / 35: "1/35 is rank 1's own token mean: all-reduce the count (45 + 35 = 80 tokens) "
-        "and multiply by the world size to undo DDP's average: 2 / 80.",
-        2 / 45: "2/45 uses rank 0's count: the window's count is both ranks', 45 + 35 = 80.",
-        3 / 80: "3/80 gives rank 1 more weight for running fewer micro-batches: every token "
-        "counts once, whichever rank holds it, so the micro-batch counts do not enter: 2 / 80.",
-        2 / 120: "2/120 gives rank 1 less weight for running fewer micro-batches: every token "
-        "counts once, whichever rank holds it, so the micro-batch counts do not enter: 2 / 80.",
-        1 / 2: "1/2 divides by rank 1's 2 micro-batches: the losses are sums over tokens, so "
-        "divide by the window's 80 tokens (and undo DDP's average): 2 / 80.",
-        1 / 5: "1/5 divides by the window's 5 micro-batches: the losses are sums over tokens, "
-        "so divide by its 80 tokens (and undo DDP's average): 2 / 80.",
-        2 / 5: "2/5 divides by the window's 5 micro-batches: the losses are sums over tokens, "
-        "so divide by its 80 tokens: 2 / 80.",
-        1 / 160: "1/160 divides by the world size a second time: DDP has already divided the "
-        "sum by 2, so multiply by 2 to undo it, then divide by the 80 tokens: 2 / 80.",
-        40.0: "40 is count / world, the inverse of the factor: divide by the 80 tokens and "
-        "multiply by the world size, 2 / 80.",
-        80.0: "80 multiplies by the count: the gradients are of summed losses, divide them "
-        "by the tokens (and undo DDP's average with the world size): 2 / 80.",
+        1 / 80: N_(
+            "1/80 forgets that DDP averages the two ranks' gradients (it divides their "
+            "sum by 2): multiply by the world size too, 2 / 80."
+        ),
+        2 / 35: N_(
+            "2/35 uses rank 1's own count: all-reduce the count first, so that every "
+            "rank divides by the window's tokens, 45 + 35 = 80."
+        ),
+        1 / 35: N_(
+            "1/35 is rank 1's own token mean: all-reduce the count (45 + 35 = 80 tokens) "
+            "and multiply by the world size to undo DDP's average: 2 / 80."
+        ),
+        2 / 45: N_("2/45 uses rank 0's count: the window's count is both ranks', 45 + 35 = 80."),
+        3 / 80: N_(
+            "3/80 gives rank 1 more weight for running fewer micro-batches: every token "
+            "counts once, whichever rank holds it, so the micro-batch counts do not enter: 2 / 80."
+        ),
+        2 / 120: N_(
+            "2/120 gives rank 1 less weight for running fewer micro-batches: every token "
+            "counts once, whichever rank holds it, so the micro-batch counts do not enter: 2 / 80."
+        ),
+        1 / 2: N_(
+            "1/2 divides by rank 1's 2 micro-batches: the losses are sums over tokens, so "
+            "divide by the window's 80 tokens (and undo DDP's average): 2 / 80."
+        ),
+        1 / 5: N_(
+            "1/5 divides by the window's 5 micro-batches: the losses are sums over tokens, "
+            "so divide by its 80 tokens (and undo DDP's average): 2 / 80."
+        ),
+        2 / 5: N_(
+            "2/5 divides by the window's 5 micro-batches: the losses are sums over tokens, "
+            "so divide by its 80 tokens: 2 / 80."
+        ),
+        1 / 160: N_(
+            "1/160 divides by the world size a second time: DDP has already divided the "
+            "sum by 2, so multiply by 2 to undo it, then divide by the 80 tokens: 2 / 80."
+        ),
+        40.0: N_(
+            "40 is count / world, the inverse of the factor: divide by the 80 tokens and "
+            "multiply by the world size, 2 / 80."
+        ),
+        80.0: N_(
+            "80 multiplies by the count: the gradients are of summed losses, divide them "
+            "by the tokens (and undo DDP's average with the world size): 2 / 80."
+        ),
     },
-    "Each rank synchronizes once, at its own last micro-batch, and DDP averages the two sums; "
-    "the mean over tokens divides the sum by all 80 tokens. Which rank ran how many "
-    "micro-batches does not enter.",
+    N_(
+        "Each rank synchronizes once, at its own last micro-batch, and DDP averages the two sums; "
+        "the mean over tokens divides the sum by all 80 tokens. Which rank ran how many "
+        "micro-batches does not enter."
+    ),
     doc="Exercise 08.3: rank 0 ran 3 micro-batches (45 tokens), rank 1 ran 2 (35 tokens), "
     "each synchronized at its own last one: rank 1 multiplies by world / tokens = 2 / 80.",
 )

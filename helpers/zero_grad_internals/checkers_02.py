@@ -23,6 +23,7 @@ from helpers.checks import (
     number_checker,
     wrong,
 )
+from helpers.translation import N_, _, translate
 
 
 def grad_after_sequence() -> float:
@@ -41,21 +42,30 @@ def grad_after_sequence() -> float:
 _check_grad_number = number_checker(
     grad_after_sequence,
     {
-        4.0: "That is 2 * w for w = 2, but step() moved w before the last backward: "
-        "w = 2 - 0.1 * (4 + 4) = 1.2.",
-        0.0: "zero_grad() ran, but then one more backward() added 2 * w.",
-        8.0 + 2 * 1.2: "zero_grad() did run between the step and the last backward: "
-        ".grad restarted from zeros.",
-        8.0: "That is `.grad` just before step(); zero_grad() and one more backward() "
-        "came after it.",
-        3.2: "`.grad` is 8 before the step, not 4: both backward calls add, so the step "
-        "moves w to 2 - 0.1 * 8 = 1.2.",
-        1.2: "That is w after the step, not its gradient: the last backward adds 2 * w.",
-        1.44: "That is the value of w ** 2 at w = 1.2, not its gradient 2 * w.",
-        12.0: "That skips both the step (w changes) and zero_grad (.grad restarts from zeros).",
+        4.0: N_(
+            "That is 2 * w for w = 2, but step() moved w before the last backward: "
+            "w = 2 - 0.1 * (4 + 4) = 1.2."
+        ),
+        0.0: N_("zero_grad() ran, but then one more backward() added 2 * w."),
+        8.0 + 2 * 1.2: N_(
+            "zero_grad() did run between the step and the last backward: "
+            ".grad restarted from zeros."
+        ),
+        8.0: N_(
+            "That is `.grad` just before step(); zero_grad() and one more backward() came after it."
+        ),
+        3.2: N_(
+            "`.grad` is 8 before the step, not 4: both backward calls add, so the step "
+            "moves w to 2 - 0.1 * 8 = 1.2."
+        ),
+        1.2: N_("That is w after the step, not its gradient: the last backward adds 2 * w."),
+        1.44: N_("That is the value of w ** 2 at w = 1.2, not its gradient 2 * w."),
+        12.0: N_("That skips both the step (w changes) and zero_grad (.grad restarts from zeros)."),
     },
-    "Follow w and .grad line by line: .grad = 4, then 8; step moves w to 1.2; zero_grad "
-    "fills zeros; the last backward adds 2 * w.",
+    N_(
+        "Follow w and .grad line by line: .grad = 4, then 8; step moves w to 1.2; zero_grad "
+        "fills zeros; the last backward adds 2 * w."
+    ),
     doc="",
 )
 
@@ -65,8 +75,10 @@ def check_grad_after_sequence(answer: object) -> CheckResult:
     """Exercise 02.1: expected 2 * 1.2 = 2.4 (the step moved w from 2 to 2 - 0.1 * 8)."""
     if answer is None:
         return wrong(
-            "`.grad` is not None: zero_grad(set_to_none=False) leaves a tensor of zeros, and "
-            "the last backward() adds its gradient to it."
+            _(
+                "`.grad` is not None: zero_grad(set_to_none=False) leaves a tensor of zeros, and "
+                "the last backward() adds its gradient to it."
+            )
         )
     return _check_grad_number(answer)
 
@@ -95,24 +107,28 @@ def check_moved_parameters(answer: object) -> CheckResult:
         return wrong(NOT_ANSWERED)
     given = as_names(answer, "{'a'}", letters=True, names=("a", "b", "c"))
     if not given <= {"a", "b", "c"}:
-        return wrong("the parameters are named 'a', 'b' and 'c'.")
+        return wrong(_("the parameters are named 'a', 'b' and 'c'."))
     expected = moved_by_first_adam_step()
     if given == expected:
         return correct(
-            "only a moved. b's zero gradient met moments that were still zero (nothing in the "
-            "past to keep pushing) and no weight decay; c was skipped."
+            _(
+                "only a moved. b's zero gradient met moments that were still zero (nothing in the "
+                "past to keep pushing) and no weight decay; c was skipped."
+            )
         )
     hints = []
     if "c" in given:
-        hints.append("c's grad is None, so the optimizer skips it entirely.")
+        hints.append(_("c's grad is None, so the optimizer skips it entirely."))
     if "b" in given:
         hints.append(
-            "b's grad is zeros, so Adam does not skip it, but what would move it? This is the "
-            "optimizer's first step: its moments start at zero and a zero gradient keeps them "
-            "there, and this Adam has no weight decay."
+            _(
+                "b's grad is zeros, so Adam does not skip it, but what would move it? This is the "
+                "optimizer's first step: its moments start at zero and a zero gradient keeps them "
+                "there, and this Adam has no weight decay."
+            )
         )
     if "a" not in given:
-        hints.append("a has a real gradient, so its Adam update moves it.")
+        hints.append(_("a has a real gradient, so its Adam update moves it."))
     return wrong(" ".join(hints))
 
 
@@ -205,16 +221,24 @@ def correct_pair_loops() -> set[str]:
 
 _LOOP_HINTS = {
     # (letter, whether the answer includes it): the hint that names the mistake
-    ("B", True): "B zeroes at the top of every batch, so the second batch's zero_grad() wipes "
-    "the first one's gradient before the step: each step sees only half of its pair.",
-    ("D", True): "D zeroes at the end of every batch, also after the first batch of a pair: "
-    "that is between its backward() and the step() that needs it, so each step sees only "
-    "half of its pair.",
-    ("A", False): "A zeroes right after each step(), so the next pair's first backward() "
-    "starts from nothing, as it should.",
-    ("C", False): "C zeroes only before the first batch of each pair: after the previous "
-    "step() and before the pair's first backward() (its very first call finds the grads "
-    "None, which is fine).",
+    ("B", True): N_(
+        "B zeroes at the top of every batch, so the second batch's zero_grad() wipes "
+        "the first one's gradient before the step: each step sees only half of its pair."
+    ),
+    ("D", True): N_(
+        "D zeroes at the end of every batch, also after the first batch of a pair: "
+        "that is between its backward() and the step() that needs it, so each step sees only "
+        "half of its pair."
+    ),
+    ("A", False): N_(
+        "A zeroes right after each step(), so the next pair's first backward() "
+        "starts from nothing, as it should."
+    ),
+    ("C", False): N_(
+        "C zeroes only before the first batch of each pair: after the previous "
+        "step() and before the pair's first backward() (its very first call finds the grads "
+        "None, which is fine)."
+    ),
 }
 
 
@@ -226,15 +250,17 @@ def check_correct_loops(answer: object) -> CheckResult:
         return wrong(NOT_ANSWERED)
     given = as_names(answer, "{'A', 'B'}", letters=True, names=ACCUMULATION_LOOPS)
     if not given <= set(ACCUMULATION_LOOPS):
-        return wrong("the loops are named 'A', 'B', 'C' and 'D'.")
+        return wrong(_("the loops are named 'A', 'B', 'C' and 'D'."))
     expected = correct_pair_loops()
     if given == expected:
         return correct(
-            "zero_grad() goes after the previous step() and before the first backward() of "
-            "the next step, never between two backward() calls that one step adds up."
+            _(
+                "zero_grad() goes after the previous step() and before the first backward() of "
+                "the next step, never between two backward() calls that one step adds up."
+            )
         )
     hints = [
-        hint
+        translate(hint)
         for (letter, included), hint in _LOOP_HINTS.items()
         if (letter in given) == included and (letter in expected) != included
     ]
@@ -305,27 +331,33 @@ def check_my_zero_grad(my_zero_grad: object) -> CheckResult:
         inspect.signature(my_zero_grad).bind(None, set_to_none=False)
     except (TypeError, ValueError):
         return wrong(
-            "give your function the parameter set_to_none with a default, "
-            "`def my_zero_grad(optimizer, set_to_none=True):`, so that "
-            "my_zero_grad(optimizer, set_to_none=False) works too."
+            _(
+                "give your function the parameter set_to_none with a default, "
+                "`def my_zero_grad(optimizer, set_to_none=True):`, so that "
+                "my_zero_grad(optimizer, set_to_none=False) works too."
+            )
         )
     try:
-        _, after = run_zero_grad(my_zero_grad)
+        _before, after = run_zero_grad(my_zero_grad)
     except LearnerCodeError as error:
         return wrong(_none_grad_hint(error) or str(error))
     if after["second"] is not None and after["plain"] is None:
         return wrong(
-            "the parameters of the second param group kept their grads: loop over every "
-            "group in optimizer.param_groups, not param_groups[0] (the article's mistake)."
+            _(
+                "the parameters of the second param group kept their grads: loop over every "
+                "group in optimizer.param_groups, not param_groups[0] (the article's mistake)."
+            )
         )
     kept = [name for name, grad in after.items() if grad is not None]
     if kept:
         if all(not grad.any() for grad in after.values() if grad is not None):
             return wrong(
-                "my_zero_grad(optimizer) filled the grads with zeros: set_to_none defaults "
-                "to True, as in torch, so the grads become None."
+                _(
+                    "my_zero_grad(optimizer) filled the grads with zeros: set_to_none defaults "
+                    "to True, as in torch, so the grads become None."
+                )
             )
-        return wrong("with set_to_none=True every grad must become None.")
+        return wrong(_("with set_to_none=True every grad must become None."))
     try:
         before, after = run_zero_grad(my_zero_grad, set_to_none=False)
     except LearnerCodeError as error:
@@ -333,7 +365,7 @@ def check_my_zero_grad(my_zero_grad: object) -> CheckResult:
     return diagnose_zeroed(before, after)
 
 
-DELEGATED = (
+DELEGATED = N_(
     "your function calls torch's own zero_grad, which is what the exercise asks you to "
     "write: loop over optimizer.param_groups and each group's 'params', and reset each "
     "p.grad yourself (None, or detach_() and zero_() it in place)."
@@ -342,51 +374,68 @@ DELEGATED = (
 
 def _none_grad_hint(error: LearnerCodeError) -> str | None:
     if isinstance(error.error, Delegated):
-        return DELEGATED
+        return translate(DELEGATED)
     if isinstance(error.error, AttributeError) and "NoneType" in str(error.error):
-        return (
-            "your function failed on a parameter whose grad is None (it never had a "
-            f"gradient): skip those, as torch does. ({error})"
-        )
+        return _(
+            "your function failed on a parameter whose grad is "
+            "None (it never had a gradient): skip those, as torch "
+            "does. ({error})"
+        ).format(error=error)
     return None
 
 
 def diagnose_zeroed(before: dict, after: dict) -> CheckResult:
     if after["none"] is not None:
-        return wrong("a grad that was None must stay None: skip it, do not make zeros for it.")
+        return wrong(_("a grad that was None must stay None: skip it, do not make zeros for it."))
     if after["second"] is before["second"] and after["second"].any():
         return wrong(
-            "the parameters of the second param group kept their grads: loop over every "
-            "group in optimizer.param_groups, not param_groups[0] (the article's mistake)."
+            _(
+                "the parameters of the second param group kept their grads: loop over every "
+                "group in optimizer.param_groups, not param_groups[0] (the article's mistake)."
+            )
         )
     for name in ("plain", "second", "graph", "leaf"):
         grad = after[name]
         if grad is None:
-            return wrong("with set_to_none=False the grads must stay tensors (of zeros), not None.")
+            return wrong(
+                _("with set_to_none=False the grads must stay tensors (of zeros), not None.")
+            )
         if grad is not before[name]:
             return wrong(
-                "set_to_none=False keeps the same grad tensor and zeroes it in place "
-                "(grad.zero_()); a new tensor (torch.zeros_like) costs a new allocation, "
-                "and anything holding the old one (DDP's buckets) would not see the zeros."
+                _(
+                    "set_to_none=False keeps the same grad tensor and zeroes it in place "
+                    "(grad.zero_()); a new tensor (torch.zeros_like) costs a new allocation, "
+                    "and anything holding the old one (DDP's buckets) would not see the zeros."
+                )
             )
         if torch.isnan(grad).any():
             return wrong(
-                "a grad that held inf is now NaN: inf * 0 is NaN, so multiplying by 0 does not "
-                "zero it; use grad.zero_() (or fill_(0))."
+                _(
+                    "a grad that held inf is now NaN: inf * 0 is NaN, so multiplying by 0 does not "
+                    "zero it; use grad.zero_() (or fill_(0))."
+                )
             )
         if grad.any():
-            return wrong(f"a grad still holds nonzero values after zeroing ({name}).")
+            return wrong(
+                _("a grad still holds nonzero values after zeroing ({name}).").format(name=name)
+            )
         if grad.grad_fn is not None:
             return wrong(
-                "a grad made with create_graph=True still has a grad_fn: cut it from its graph "
-                "with grad.detach_() before zero_(), as torch does."
+                _(
+                    "a grad made with create_graph=True still has a grad_fn: cut it from its graph "
+                    "with grad.detach_() before zero_(), as torch does."
+                )
             )
         if grad.requires_grad:
             return wrong(
-                "a grad still requires grad: torch calls grad.requires_grad_(False) on a grad "
-                "without a grad_fn (and detach_() on one with a grad_fn) before zero_()."
+                _(
+                    "a grad still requires grad: torch calls grad.requires_grad_(False) on a grad "
+                    "without a grad_fn (and detach_() on one with a grad_fn) before zero_()."
+                )
             )
     return correct(
-        "every group, None left alone, None by default, else the same tensor cut from its "
-        "graph and zeroed in place: what Optimizer.zero_grad does."
+        _(
+            "every group, None left alone, None by default, else the same tensor cut from its "
+            "graph and zeroed in place: what Optimizer.zero_grad does."
+        )
     )

@@ -68,7 +68,9 @@ def test_every_notebook_has_its_folder_and_every_folder_a_notebook():
     names = [p.name for p in notebook_paths()]
     assert list(HELPER_FOLDERS) == names
     folders = {p.name for p in HELPERS.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert folders == set(HELPER_FOLDERS.values()) | {PROCESSES}
+    # locale/: the message catalogs (helpers/translation.py), data and no code
+    assert folders == set(HELPER_FOLDERS.values()) | {PROCESSES, "locale"}
+    assert not list((HELPERS / "locale").rglob("*.py"))
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -129,7 +131,7 @@ def private_imports(path: Path) -> list[str]:
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers")
         for alias in node.names
-        if alias.name.startswith("_")
+        if alias.name.startswith("_") and alias.name != "_"  # gettext's `_`: public
     ]
 
 

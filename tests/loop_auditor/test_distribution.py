@@ -163,8 +163,12 @@ def built(tmp_path_factory) -> dict[str, Path]:
 def test_the_wheel_holds_the_package_alone_and_the_sdist_builds_the_same(built):
     names = wheel_files(built["wheel"])
     info = f"loop_auditor-{VERSION}.dist-info/"
-    modules = sorted(p.name for p in (ROOT / "loop_auditor" / "src" / "loop_auditor").glob("*.py"))
-    assert [n for n in names if not n.startswith(info)] == [f"loop_auditor/{m}" for m in modules]
+    package = ROOT / "loop_auditor" / "src" / "loop_auditor"
+    # its modules and its compiled message catalogs (package data), nothing else
+    files = [*package.glob("*.py"), *package.glob("locale/*/LC_MESSAGES/*.mo")]
+    assert package / "locale" / "zh_CN" / "LC_MESSAGES" / "loop_auditor.mo" in files
+    expected = sorted(f"loop_auditor/{p.relative_to(package).as_posix()}" for p in files)
+    assert [n for n in names if not n.startswith(info)] == expected
     assert {n.removeprefix(info) for n in names if n.startswith(info)} == {
         "METADATA", "WHEEL", "RECORD", "entry_points.txt", "top_level.txt"
     }  # fmt: skip
@@ -188,6 +192,7 @@ def test_the_courses_wheel_holds_no_loop_auditor_and_depends_on_it(built):
     names = wheel_files(built["course"])
     assert [name for name in names if "loop_auditor" in name] == []
     assert any(name.startswith("helpers/") for name in names)
+    assert "helpers/locale/zh_CN/LC_MESSAGES/helpers.mo" in names  # its message catalog
     [info] = {name.split("/")[0] for name in names if ".dist-info/" in name}
     with zipfile.ZipFile(built["course"]) as wheel:
         metadata = wheel.read(f"{info}/METADATA").decode()

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from course import ROOT
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
-from nbval_solutions import solution_after, solution_code
+from nbval_solutions import correct_verdicts, solution_after, solution_code
 
 RESULT = """\
 class Result:  # stands in for a checker's result: it shows as its text
@@ -54,6 +54,7 @@ def notebook(tmp_path: Path) -> Path:
     cells += [after]
     cells += exercise(1, "Result('❌ 41 is not it')")
     cells += exercise(2, "1 / 0")
+    cells += exercise(3, "Result('✅ 正确：17 是对的。')")  # a Chinese notebook's verdict
     path = tmp_path / "exercises.ipynb"
     nbformat.write(new_notebook(cells=cells), path)
     return path
@@ -88,7 +89,12 @@ def test_a_solution_that_raises_fails_its_exercise_cell(report):
 
 def test_strict_checks_are_on_only_while_a_solution_runs(report):
     assert "❌ lax" not in report  # exercise 0's solution saw GM_STRICT_CHECKS=1
-    assert "2 failed, 3 passed" in report, report  # and the cell after it did not
+    assert "2 failed, 4 passed" in report, report  # and the cell after it did not
+
+
+def test_a_chinese_notebooks_correct_verdict_is_accepted(report):
+    assert "PASSED exercises.ipynb::Cell 5" in report, report
+    assert correct_verdicts() == ("✅ Correct", "✅ 正确")
 
 
 def test_solution_code_is_the_one_python_block():

@@ -47,9 +47,11 @@ HARNESS = textwrap.dedent(
         stopped = f"{{type(error).__name__}}: {{error}}"
     import helpers, loop_auditor, os
     from loop_auditor import LoopAuditor
+    from helpers.checks import CheckResult
     print(json.dumps({{"commands": commands, "helpers": helpers.__file__, "stopped": stopped,
                       "loop_auditor": loop_auditor.__file__,
-                      "GM_LANG": os.environ.get("GM_LANG")}}))
+                      "GM_LANG": os.environ.get("GM_LANG"),
+                      "verdict": repr(CheckResult(True, "17"))}}))
     """
 )
 
@@ -124,6 +126,11 @@ def setup_cell_runs(tmp_path_factory) -> dict:
             source=translate_notebooks.chinese_setup(repository_url(), "00_setup_check.ipynb"),
         ),
         "colab": scenario(tmp_path_factory.mktemp("colab"), **on_colab),
+        "colab, Chinese": scenario(
+            tmp_path_factory.mktemp("colab"),
+            **on_colab,
+            source=translate_notebooks.chinese_setup(repository_url(), "00_setup_check.ipynb"),
+        ),
         "colab lacking ipywidgets": scenario(
             tmp_path_factory.mktemp("colab"), **on_colab, hide=("ipywidgets",)
         ),
@@ -180,6 +187,7 @@ def test_in_the_notebooks_folder_it_finds_the_helpers_and_prints_nothing(setup_c
     # with the root on sys.path is a namespace package with nothing in it)
     assert report["loop_auditor"] == str(AUDITOR_PACKAGE / "__init__.py")
     assert report["GM_LANG"] is None
+    assert report["verdict"] == "✅ Correct: 17"
 
 
 def test_in_the_chinese_notebooks_folder_it_finds_the_helpers_and_sets_gm_lang(setup_cell_runs):
@@ -189,6 +197,17 @@ def test_in_the_chinese_notebooks_folder_it_finds_the_helpers_and_sets_gm_lang(s
     assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
     assert report["loop_auditor"] == str(AUDITOR_PACKAGE / "__init__.py")
     assert report["GM_LANG"] == "zh_CN"
+    assert report["verdict"] == "✅ 正确：17"  # the course's messages speak Chinese
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
+def test_on_colab_the_chinese_setup_cell_brings_the_message_catalogs(setup_cell_runs):
+    """The clone holds the compiled catalogs (committed): the verdicts are Chinese there too."""
+    printed, report = run_setup_cell(setup_cell_runs, "colab, Chinese")
+    clone = setup_cell_runs["colab, Chinese"]["cwd"] / repository_url().rsplit("/", 1)[-1]
+    assert report["helpers"] == str(clone / "helpers" / "__init__.py")
+    assert (report["GM_LANG"], report["verdict"]) == ("zh_CN", "✅ 正确：17")
+    assert printed == []
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
