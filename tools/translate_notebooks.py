@@ -73,7 +73,7 @@ SETUP_ABOUT = """\
 # torch 或 Python 版本低于本 notebook 的要求时，它会停下并给出修复命令；否则什么也不输出。"""
 SETUP_COMMENTS = {
     "keep_torch": "不安装 torch：保留 Colab 自带的版本",
-    "auditor_path": "loop auditor 的包",
+    "auditor_path": "循环审计器（loop auditor）的包",
 }
 NEXT_LABEL = "**下一节：**"
 CODE_NOTE = "code cell: only its comments may be translated; the code must stay the same"
