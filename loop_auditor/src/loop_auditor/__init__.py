@@ -30,11 +30,13 @@ def torch_too_old(version: str) -> str | None:
     found = tuple(int(part) for part in _re.findall(r"\d+", version.split("+")[0])[:2])
     if found >= TORCH_MINIMUM:
         return None
+    from loop_auditor.language import _
+
     needed = ".".join(map(str, TORCH_MINIMUM))
-    return (
-        f"the loop auditor needs torch {needed} or newer, and this is torch {version}: "
+    return _(
+        "the loop auditor needs torch {needed} or newer, and this is torch {version}: "
         "run `python -m pip install -U torch`"
-    )
+    ).format(needed=needed, version=version)
 
 
 def _torch_version() -> str | None:

@@ -27,6 +27,7 @@ from torch import nn
 
 from loop_auditor import patches, rules
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.language import _
 from loop_auditor.names import bound_name
 from loop_auditor.unwrap import accumulation_steps_of, unwrap_optimizer, unwrap_scheduler
 
@@ -93,7 +94,9 @@ class LoopAuditor:
     ):
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(
-                f"model must be a torch.nn.Module (or None), got {type(model).__name__}"
+                _("model must be a torch.nn.Module (or None), got {type}").format(
+                    type=type(model).__name__
+                )
             )
         torch_optimizer = unwrap_optimizer(optimizer)
         if accumulation_steps is None:
@@ -103,32 +106,46 @@ class LoopAuditor:
             accumulation_steps = 1
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int):
             raise TypeError(
-                f"accumulation_steps must be an int (micro-batches per optimizer step), "
-                f"got {accumulation_steps!r}"
+                _(
+                    "accumulation_steps must be an int (micro-batches per optimizer step), "
+                    "got {value}"
+                ).format(value=repr(accumulation_steps))
             )
         if accumulation_steps < 1:
             raise ValueError(
-                f"accumulation_steps must be 1 or more (1 = no accumulation), "
-                f"got {accumulation_steps}"
+                _("accumulation_steps must be 1 or more (1 = no accumulation), got {value}").format(
+                    value=accumulation_steps
+                )
             )
         optimized = [p for group in torch_optimizer.param_groups for p in group["params"]]
         if model is not None:
             model_ids = {id(p) for p in model.parameters()}
             if not model_ids:
-                raise ValueError("the model has no parameters: pass the module your loop trains")
+                raise ValueError(_("the model has no parameters: pass the module your loop trains"))
             if not any(id(p) in model_ids for p in optimized):
                 raise ValueError(
-                    "the optimizer holds none of the model's parameters: pass the optimizer "
-                    "built from this model's parameters (for a GAN, one auditor per optimizer)"
+                    _(
+                        "the optimizer holds none of the model's parameters: pass the optimizer "
+                        "built from this model's parameters (for a GAN, one auditor per "
+                        "optimizer)"
+                    )
                 )
         if scheduler is not None:
             inner = unwrap_scheduler(scheduler)
             if unwrap_optimizer(inner.optimizer) is not torch_optimizer:
-                raise ValueError("the scheduler was built for another optimizer than this one")
+                raise ValueError(_("the scheduler was built for another optimizer than this one"))
         if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
-            raise TypeError(f"scaler must be a torch.amp.GradScaler, got {type(scaler).__name__}")
+            raise TypeError(
+                _("scaler must be a torch.amp.GradScaler, got {type}").format(
+                    type=type(scaler).__name__
+                )
+            )
         if not isinstance(name, str):
-            raise TypeError(f"name must be a string (it names the optimizer), got {name!r}")
+            raise TypeError(
+                _("name must be a string (it names the optimizer), got {name}").format(
+                    name=repr(name)
+                )
+            )
 
         self.model = model
         self.optimizer = torch_optimizer
@@ -191,7 +208,9 @@ class LoopAuditor:
 
     def __str__(self) -> str:
         if not self._found:
-            return f"No findings ({self.steps} steps, {self.backward_passes} backward passes)."
+            return _("No findings ({steps} steps, {passes} backward passes).").format(
+                steps=self.steps, passes=self.backward_passes
+            )
         return "\n".join(str(f) for f in self._found.values())
 
     @contextlib.contextmanager
@@ -208,12 +227,16 @@ class LoopAuditor:
         """
         if not self._inside:
             raise RuntimeError(
-                "audit.allow(...) works inside the auditor's block: "
-                "with LoopAuditor(...) as audit: ... with audit.allow(code): ..."
+                _(
+                    "audit.allow(...) works inside the auditor's block: "
+                    "with LoopAuditor(...) as audit: ... with audit.allow(code): ..."
+                )
             )
         scope = check_codes(codes, what="allow()")
         if not scope:
-            raise ValueError("name the code(s) to allow, e.g. audit.allow('zero-grad-before-step')")
+            raise ValueError(
+                _("name the code(s) to allow, e.g. audit.allow('zero-grad-before-step')")
+            )
         self._scoped.append(scope)
         self._window_allows |= scope
         try:
@@ -227,7 +250,7 @@ class LoopAuditor:
     # ----------------------------------------------------------- enter, exit
     def __enter__(self) -> LoopAuditor:
         if self._inside:
-            raise RuntimeError("this LoopAuditor is already in use; make a new one")
+            raise RuntimeError(_("this LoopAuditor is already in use; make a new one"))
         self._reset()
         self._inside = True
         for p in self._params:
@@ -291,7 +314,7 @@ class LoopAuditor:
         i = 0
         for record in self._grads.values():
             start = None
-            for _, at in record.doubts:
+            for _flag, at in record.doubts:
                 if not nonzero[i]:
                     start = at
                 i += 1
@@ -525,7 +548,9 @@ class LoopAuditor:
                     return
 
     def _name(self) -> str:
-        return self.label or f"the other audited optimizer ({type(self.optimizer).__name__})"
+        return self.label or _("the other audited optimizer ({type})").format(
+            type=type(self.optimizer).__name__
+        )
 
     def _consume(self, kept: list[int]) -> None:
         """The step used what .grad holds: from now on it is stale until reset."""

@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from loop_auditor.findings import CODES
+from loop_auditor.language import _
 from loop_auditor.session import AuditSession
 
 FINDINGS_STATUS = 3
@@ -28,24 +29,28 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            _("must be a whole number, got {text}").format(text=repr(text))
+        ) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+        raise argparse.ArgumentTypeError(_("must be 1 or more, got {value}").format(value=value))
     return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loop_auditor",
-        description="Run a PyTorch training script unchanged and report its gradient bugs.",
-        epilog=f"Exit status: the script's own if it failed; {FINDINGS_STATUS} if the auditor "
-        "has findings (unless --exit-zero); 0 otherwise. Findings go to stderr.",
+        description=_("Run a PyTorch training script unchanged and report its gradient bugs."),
+        epilog=_(
+            "Exit status: the script's own if it failed; {status} if the auditor has findings "
+            "(unless --exit-zero); 0 otherwise. Findings go to stderr."
+        ).format(status=FINDINGS_STATUS),
     )
     parser.add_argument(
         "--accumulation-steps",
         type=positive_int,
         metavar="K",
-        help="micro-batches per optimizer step the script intends (default: 1)",
+        help=_("micro-batches per optimizer step the script intends (default: 1)"),
     )
     parser.add_argument(
         "--allow",
@@ -53,19 +58,21 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="CODE",
         choices=list(CODES),
-        help="a code the script does on purpose (repeat for several)",
+        help=_("a code the script does on purpose (repeat for several)"),
     )
     parser.add_argument(
         "--exit-zero",
         action="store_true",
-        help=f"report findings without exit status {FINDINGS_STATUS} (the script's own "
-        "status, else 0), so that torchrun does not stop the other ranks",
+        help=_(
+            "report findings without exit status {status} (the script's own status, else 0), "
+            "so that torchrun does not stop the other ranks"
+        ).format(status=FINDINGS_STATUS),
     )
-    parser.add_argument("script", help="the training script, run as `python script`")
+    parser.add_argument("script", help=_("the training script, run as `python script`"))
     # main() splits the script's arguments off before parsing: "*" only shows them in --help
     # (REMAINDER, or "*" without a default, would make them required: named when the script
     # is missing)
-    parser.add_argument("args", nargs="*", default=[], help="the script's own arguments")
+    parser.add_argument("args", nargs="*", default=[], help=_("the script's own arguments"))
     return parser
 
 
@@ -106,11 +113,16 @@ def _report(session: AuditSession, script: Path, ran_to_end: bool) -> str:
     arguments), and a short note when it ran to its end without one (its optimizers were in
     processes it started, or it has none)."""
     rank = os.environ.get("RANK")
-    who = f"loop auditor{' (rank ' + rank + ')' if rank else ''}"
+    who = _("loop auditor (rank {rank})").format(rank=rank) if rank else _("loop auditor")
     if not session.findings and session.steps == 0:
         if not ran_to_end:
             return ""
-        return f"{who}: nothing to audit: {script} took no optimizer step in this process.\n"
+        return (
+            _("{who}: nothing to audit: {script} took no optimizer step in this process.").format(
+                who=who, script=script
+            )
+            + "\n"
+        )
     return session.report(str(script), who) + "\n"
 
 
@@ -139,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     options.args = script_args
     script = Path(options.script)
     if not script.is_file():
-        parser.error(f"no such script: {options.script}")
+        parser.error(_("no such script: {script}").format(script=options.script))
     _forget_course_helpers()
     sys.argv = [str(script), *options.args]
     sys.path[0] = str(script.resolve().parent)

@@ -35,6 +35,7 @@ from torch.nn.modules.module import register_module_parameter_registration_hook
 from torch.nn.parameter import is_lazy
 
 from loop_auditor import patches
+from loop_auditor.language import _
 from loop_auditor.names import bound_name
 
 # Attributes under which a wrapper keeps the model it wraps, whole: DDP and DataParallel
@@ -56,7 +57,7 @@ class Received:
 def describe(p: torch.Tensor) -> str:
     """A parameter no module names: its dtype and shape."""
     dtype = str(p.dtype).removeprefix("torch.")
-    return f"a {dtype} parameter of shape {tuple(p.shape)}"
+    return _("a {dtype} parameter of shape {shape}").format(dtype=dtype, shape=tuple(p.shape))
 
 
 def _objects_of(kind: type) -> list:
@@ -80,7 +81,7 @@ def _count(module: nn.Module) -> int:
 
 def _unwrap(root: nn.Module) -> nn.Module:
     """The model inside a wrapper that holds nothing else (DDP's ``module``)."""
-    for _ in range(4):
+    for _depth in range(4):
         for attribute in _WRAPPED:
             child = _children(root).get(attribute)
             if isinstance(child, nn.Module) and _count(child) == _count(root):

@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from loop_auditor.language import _
+
 if TYPE_CHECKING:
     from loop_auditor.session import AuditSession
 
@@ -54,11 +56,16 @@ def _report(session: AuditSession) -> str | None:
     """What fails the test (the findings, or that nothing was audited), or None."""
     n = len(session.auditors)
     if session.findings:
-        return session.report("the audited run")
+        return session.report(_("the audited run"))
     if session.steps == 0:
-        what = "built no optimizer and stepped none" if n == 0 else "made no optimizer step"
-        return (
-            f"loop auditor: the audited run {what}, so nothing was checked: "
+        if n == 0:
+            return _(
+                "loop auditor: the audited run built no optimizer and stepped none, so nothing "
+                "was checked: build the optimizer and run at least one optimizer step inside "
+                "loop_audit"
+            )
+        return _(
+            "loop auditor: the audited run made no optimizer step, so nothing was checked: "
             "build the optimizer and run at least one optimizer step inside loop_audit"
         )
     return None
@@ -98,13 +105,15 @@ def loop_audit():
         __tracebackhide__ = True
         if train_fn is not _NO_FUNCTION and not callable(train_fn):
             hint = (
-                "pass the function itself, loop_audit(train), not its result loop_audit(train())"
+                _("pass the function itself, loop_audit(train), not its result loop_audit(train())")
                 if train_fn is None
-                else "wrap the run in a function: loop_audit(lambda: train(model, loader))"
+                else _("wrap the run in a function: loop_audit(lambda: train(model, loader))")
             )
             raise TypeError(
-                f"loop_audit takes the function that runs your training, got {train_fn!r}: "
-                f"{hint}, or use a block: with loop_audit(accumulation_steps=2): ..."
+                _(
+                    "loop_audit takes the function that runs your training, got {function}: "
+                    "{hint}, or use a block: with loop_audit(accumulation_steps=2): ..."
+                ).format(function=repr(train_fn), hint=hint)
             )
         try:
             block = LoopAudit(accumulation_steps=accumulation_steps, allow=allow)
@@ -121,8 +130,10 @@ def loop_audit():
     unused = [block for block in blocks if not block.entered]
     if unused:
         pytest.fail(
-            "loop_audit(...) was called without a function and never used as a block, so "
-            "nothing was audited: write `with loop_audit(...):` or pass the function, "
-            "loop_audit(train)",
+            _(
+                "loop_audit(...) was called without a function and never used as a block, so "
+                "nothing was audited: write `with loop_audit(...):` or pass the function, "
+                "loop_audit(train)"
+            ),
             pytrace=False,
         )

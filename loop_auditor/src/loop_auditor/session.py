@@ -18,6 +18,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from loop_auditor import rules
 from loop_auditor.auditor import LoopAuditor
 from loop_auditor.findings import Finding, check_codes
+from loop_auditor.language import _
 from loop_auditor.left_out import LeftOutWatch
 from loop_auditor.names import assigned_name, bound_name
 from loop_auditor.unwrap import unwrap_optimizer
@@ -41,9 +42,17 @@ class AuditSession:
         if accumulation_steps is not None and (
             isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int)
         ):
-            raise TypeError(f"accumulation_steps must be an int, got {accumulation_steps!r}")
+            raise TypeError(
+                _("accumulation_steps must be an int, got {value}").format(
+                    value=repr(accumulation_steps)
+                )
+            )
         if accumulation_steps is not None and accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps must be 1 or more, got {accumulation_steps}")
+            raise ValueError(
+                _("accumulation_steps must be 1 or more, got {value}").format(
+                    value=accumulation_steps
+                )
+            )
         self.accumulation_steps = accumulation_steps
         self.allow = check_codes(allow)
         self.auditors: list[LoopAuditor] = []
@@ -66,23 +75,35 @@ class AuditSession:
     def summary(self) -> str:
         """What was audited: ``2 optimizers, 6 steps``."""
         n, steps = len(self.auditors), self.steps
-        return f"{n} optimizer{'s' if n != 1 else ''}, {steps} step{'s' if steps != 1 else ''}"
+        optimizers = (_("{n} optimizers") if n != 1 else _("{n} optimizer")).format(n=n)
+        steps_taken = (_("{steps} steps") if steps != 1 else _("{steps} step")).format(steps=steps)
+        return _("{optimizers}, {steps}").format(optimizers=optimizers, steps=steps_taken)
 
-    def report(self, where: str, who: str = "loop auditor") -> str:
+    def report(self, where: str, who: str | None = None) -> str:
         """The findings as the command and the pytest fixture print them: a line that names
-        ``where`` and what was audited, then a finding a line; or that there are none."""
+        ``where`` and what was audited, then a finding a line; or that there are none.
+        ``who`` begins the first line (default: "loop auditor", in the current language)."""
         findings = self.findings
+        who = _("loop auditor") if who is None else who
         if not findings:
-            return f"{who}: no findings in {where} ({self.summary()})."
-        lines = [f"{who}: {len(findings)} finding(s) in {where} ({self.summary()}):"]
+            return _("{who}: no findings in {where} ({summary}).").format(
+                who=who, where=where, summary=self.summary()
+            )
+        lines = [
+            _("{who}: {count} finding(s) in {where} ({summary}):").format(
+                who=who, count=len(findings), where=where, summary=self.summary()
+            )
+        ]
         return "\n".join(lines + [f"  {finding}" for finding in findings])
 
     def __str__(self) -> str:
         if not self.findings:
             n = len(self.auditors)
-            return (
-                f"No findings ({n} optimizer{'s' if n != 1 else ''}, {self.steps} steps, "
-                f"{sum(a.backward_passes for a in self.auditors)} backward passes)."
+            optimizers = (_("{n} optimizers") if n != 1 else _("{n} optimizer")).format(n=n)
+            return _("No findings ({optimizers}, {steps} steps, {passes} backward passes).").format(
+                optimizers=optimizers,
+                steps=self.steps,
+                passes=sum(a.backward_passes for a in self.auditors),
             )
         return "\n".join(str(f) for f in self.findings)
 
@@ -106,13 +127,15 @@ class AuditSession:
         twice (an optimizer rebuilt each epoch) gets its count. Else its order and class."""
         name = bound_name(optimizer) if late else assigned_name(optimizer)
         if not name:
-            return f"optimizer {len(self.auditors) + 1} ({type(optimizer).__name__})"
+            return _("optimizer {n} ({type})").format(
+                n=len(self.auditors) + 1, type=type(optimizer).__name__
+            )
         same = sum(a.label == name or a.label.startswith(f"{name} #") for a in self.auditors)
         return f"{name} #{same + 1}" if same else name
 
     def __enter__(self) -> AuditSession:
         if self._hook is not None:
-            raise RuntimeError("this AuditSession is already in use; make a new one")
+            raise RuntimeError(_("this AuditSession is already in use; make a new one"))
         self.auditors, self._adopted, self._own = [], set(), []
         self.aborted = False
         self._watch = LeftOutWatch(lambda: self.auditors)

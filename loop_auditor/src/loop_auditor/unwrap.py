@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from loop_auditor.language import _
+
 _OPTIMIZER_ATTRIBUTES = ("optimizer", "_optimizer")  # Accelerate, Lightning
 _SCHEDULER_ATTRIBUTES = ("scheduler", "_scheduler")
 
@@ -17,7 +19,7 @@ _SCHEDULER_ATTRIBUTES = ("scheduler", "_scheduler")
 def _dig(obj, attributes: tuple[str, ...], found) -> object | None:
     """``obj`` itself, or the object inside up to 4 wrappers (each held in one of
     ``attributes``), for which ``found`` is true; None when there is none."""
-    for _ in range(5):
+    for _depth in range(5):
         if found(obj):
             return obj
         obj = next((getattr(obj, a) for a in attributes if _has(obj, a)), None)
@@ -40,9 +42,10 @@ def unwrap_optimizer(optimizer) -> torch.optim.Optimizer:
     )
     if found is None:
         raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, or the wrapper Accelerate or Lightning "
-            f"hands you (AcceleratedOptimizer, LightningOptimizer); got "
-            f"{type(optimizer).__name__}"
+            _(
+                "optimizer must be a torch.optim.Optimizer, or the wrapper Accelerate or "
+                "Lightning hands you (AcceleratedOptimizer, LightningOptimizer); got {type}"
+            ).format(type=type(optimizer).__name__)
         )
     return found
 
@@ -53,8 +56,10 @@ def unwrap_scheduler(scheduler):
     found = _dig(scheduler, _SCHEDULER_ATTRIBUTES, _is_scheduler)
     if found is None:
         raise TypeError(
-            f"scheduler must be a torch.optim.lr_scheduler scheduler, or a wrapper around one "
-            f"(Accelerate's AcceleratedScheduler); got {type(scheduler).__name__}"
+            _(
+                "scheduler must be a torch.optim.lr_scheduler scheduler, or a wrapper around "
+                "one (Accelerate's AcceleratedScheduler); got {type}"
+            ).format(type=type(scheduler).__name__)
         )
     return found
 
