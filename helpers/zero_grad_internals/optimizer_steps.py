@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from helpers.arguments import positive_int
+from helpers.report import pad, width
+from helpers.translation import _
 
 OPTIMIZERS: dict[str, Callable[[list], torch.optim.Optimizer]] = {
     "SGD": lambda params: torch.optim.SGD(params, lr=0.1),
@@ -76,16 +78,32 @@ def second_step(optimizer_name: str, second_grad: str) -> SecondStep:
 
 def format_second_steps(rows: list[SecondStep]) -> str:
     """The rows as an aligned text table."""
-    lines = [
-        f"{'optimizer':<23} {'2nd grad':<8} {'p after 1':>9} {'p after 2':>9} {'moved':>5}"
-        f" {'state step':>10} {'buffer':>8}"
+    # (header, the column's least width, its alignment): a translated header may widen it
+    columns = [
+        (_("optimizer"), 23, "<"),
+        (_("2nd grad"), 8, "<"),
+        (_("p after 1"), 9, ">"),
+        (_("p after 2"), 9, ">"),
+        (_("moved"), 5, ">"),
+        (_("state step"), 10, ">"),
+        (_("buffer"), 8, ">"),
     ]
+    widths = [max(least, width(header)) for header, least, _align in columns]
+    lines = [" ".join(pad(h, w, a) for (h, _least, a), w in zip(columns, widths, strict=True))]
     for row in rows:
-        step = "-" if row.state_step is None else str(row.state_step)
-        buffer = "-" if row.buffer is None else f"{row.buffer:.4f}"
+        cells = (
+            row.optimizer,
+            row.second_grad,
+            f"{row.after_first:.4f}",
+            f"{row.after_second:.4f}",
+            _("yes") if row.moved else _("no"),
+            "-" if row.state_step is None else str(row.state_step),
+            "-" if row.buffer is None else f"{row.buffer:.4f}",
+        )
         lines.append(
-            f"{row.optimizer:<23} {row.second_grad:<8} {row.after_first:>9.4f}"
-            f" {row.after_second:>9.4f} {'yes' if row.moved else 'no':>5} {step:>10} {buffer:>8}"
+            " ".join(
+                pad(c, w, a) for c, (_h, _least, a), w in zip(cells, columns, widths, strict=True)
+            )
         )
     return "\n".join(lines)
 
