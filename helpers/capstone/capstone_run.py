@@ -87,7 +87,9 @@ def capstone_data(rank: int, world: int = WORLD) -> list[tuple[torch.Tensor, tor
     """Rank ``rank``'s ``MICRO_BATCHES`` micro-batches ``(tokens, targets)``: 1 to 4
     sequences of up to 3 to 8 positions each, targets ``-100`` past each sequence's end."""
     if not 0 <= rank < world:
-        raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
+        raise ValueError(
+            _("rank must be in 0..{value}, got {rank}").format(value=world - 1, rank=rank)
+        )
     generator = torch.Generator().manual_seed(100 + rank)
     batches = []
     for _batch in range(MICRO_BATCHES):

@@ -27,7 +27,11 @@ GRAD_MODES = ("None", "zeros")
 
 def make_optimizer(name: str, params) -> torch.optim.Optimizer:
     if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
+        raise ValueError(
+            _("unknown optimizer {name!r}: use one of {names}").format(
+                name=name, names=", ".join(OPTIMIZERS)
+            )
+        )
     return OPTIMIZERS[name](params)
 
 
@@ -61,7 +65,11 @@ def second_step(optimizer_name: str, second_grad: str) -> SecondStep:
     """Start a one-element parameter at 1.0, take a step with the gradient of ``0.5 * p``
     (0.5), then set ``.grad`` to None or to zeros and step again."""
     if second_grad not in GRAD_MODES:
-        raise ValueError(f"second_grad must be 'None' or 'zeros', got {second_grad!r}")
+        raise ValueError(
+            _("second_grad must be 'None' or 'zeros', got {second_grad!r}").format(
+                second_grad=second_grad
+            )
+        )
     param = nn.Parameter(torch.tensor([1.0]))
     optimizer = make_optimizer(optimizer_name, [param])
     (0.5 * param).sum().backward()
@@ -134,7 +142,7 @@ def frozen_layer_drift(
     positive_int(warmup_steps, "warmup_steps")
     positive_int(frozen_steps, "frozen_steps")
     if not any(layer is module for module in model.modules()):
-        raise ValueError("layer must be one of model's submodules")
+        raise ValueError(_("layer must be one of model's submodules"))
     layer_index = next(i for i, module in enumerate(model.modules()) if module is layer)
     drift = {}
     for method in FREEZE_METHODS:
@@ -180,7 +188,11 @@ def train_with_zero_grad_at(
     """Train a copy of ``model`` with SGD (momentum 0.9), calling ``optimizer.zero_grad`` at
     ``placement`` in every iteration; return its weights after ``steps`` steps (flattened)."""
     if placement not in PLACEMENTS:
-        raise ValueError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
+        raise ValueError(
+            _("unknown placement {placement!r}: use one of {names}").format(
+                placement=placement, names=", ".join(PLACEMENTS)
+            )
+        )
     positive_int(steps, "steps")
     trained = copy.deepcopy(model)
     optimizer = torch.optim.SGD(trained.parameters(), lr=lr, momentum=momentum)
