@@ -70,6 +70,9 @@ def chinese_differences(english, chinese) -> list[str]:
 # before "=" or "["). Where the rerun stops early at an assertion (a later English assertion
 # on a message), the errors caught up to there are compared, if any.
 HELPERS = Path(__file__).resolve().parent.parent / "helpers"
+# Functions whose errors stay English: the notebooks show their source (show_source), which
+# is part of the English notebooks' outputs.
+SHOWN_SOURCES = {"backward_window", "reference_run"}
 QUOTED = re.compile(r"'[^'\s]*'|\"[^\"\s]*\"")  # a value as repr() shows it: 'mean'
 ABBREVIATIONS = {"e.g", "i.e"}
 
@@ -85,6 +88,8 @@ def helpers_error(error: BaseException) -> tuple | None:
     if traceback is None or HELPERS not in Path(traceback.tb_frame.f_code.co_filename).parents:
         return None
     code = traceback.tb_frame.f_code
+    if code.co_name in SHOWN_SOURCES:
+        return None
     parameters = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     return type(error), str(error), parameters
 
