@@ -12,6 +12,7 @@ from torch import nn
 from helpers.arguments import check_batches, positive_int
 from helpers.data import Batch
 from helpers.training import trainable_parameters
+from helpers.translation import _
 
 NORMALIZATIONS = ("samples", "tokens")
 REDUCTIONS = ("mean", "sum")
@@ -22,13 +23,18 @@ def _loss_reduction(loss_fn, loss_reduction: str | None) -> str:
         loss_reduction = getattr(loss_fn, "reduction", None)
         if loss_reduction is None:
             raise TypeError(
-                "cannot tell how loss_fn reduces: pass loss_reduction='mean' or 'sum' "
-                "(or use a loss module such as nn.CrossEntropyLoss, which has .reduction)"
+                _(
+                    "cannot tell how loss_fn reduces: pass loss_reduction='mean' or 'sum' "
+                    "(or use a loss module such as nn.CrossEntropyLoss, which has "
+                    ".reduction)"
+                )
             )
     if loss_reduction not in REDUCTIONS:
         raise ValueError(
-            f"loss_reduction must be 'mean' or 'sum', got {loss_reduction!r} "
-            "(reduction='none' gives one loss per element: reduce it first)"
+            _(
+                "loss_reduction must be 'mean' or 'sum', got {loss_reduction!r} "
+                "(reduction='none' gives one loss per element: reduce it first)"
+            ).format(loss_reduction=loss_reduction)
         )
     return loss_reduction
 
@@ -37,12 +43,16 @@ def count_items(targets: torch.Tensor, normalize: str, ignore_index: int = -100)
     """What one micro-batch contributes to the window's denominator: its number of samples
     (``normalize="samples"``) or of targets that are not ``ignore_index`` (``"tokens"``)."""
     if not isinstance(targets, torch.Tensor):
-        raise TypeError(f"targets must be a tensor, got {type(targets).__name__}")
+        raise TypeError(
+            _("targets must be a tensor, got {kind}").format(kind=type(targets).__name__)
+        )
     if normalize == "samples":
         return len(targets)
     if normalize == "tokens":
         return int((targets != ignore_index).sum().item())
-    raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
+    raise ValueError(
+        _("normalize must be 'samples' or 'tokens', got {normalize!r}").format(normalize=normalize)
+    )
 
 
 def accumulate_gradients(
@@ -75,36 +85,48 @@ def accumulate_gradients(
     """
     params = trainable_parameters(model)
     if normalize not in NORMALIZATIONS:
-        raise ValueError(f"normalize must be 'samples' or 'tokens', got {normalize!r}")
+        raise ValueError(
+            _("normalize must be 'samples' or 'tokens', got {normalize!r}").format(
+                normalize=normalize
+            )
+        )
     reduction = _loss_reduction(loss_fn, loss_reduction)
     if getattr(loss_fn, "weight", None) is not None:
         raise ValueError(
-            "loss_fn has class weights: its mean divides by the targets' total weight, which "
-            "accumulate_gradients does not count; use a loss without weight="
+            _(
+                "loss_fn has class weights: its mean divides by the targets' total "
+                "weight, which accumulate_gradients does not count; use a loss without "
+                "weight="
+            )
         )
     own_index = getattr(loss_fn, "ignore_index", None)
     if ignore_index is None:
         ignore_index = -100 if own_index is None else own_index
     elif own_index is not None and own_index != ignore_index:
         raise ValueError(
-            f"ignore_index={ignore_index} but loss_fn ignores {own_index}: they must agree"
+            _(
+                "ignore_index={ignore_index} but loss_fn ignores {own_index}: they must agree"
+            ).format(ignore_index=ignore_index, own_index=own_index)
         )
     window = check_batches(
         micro_batches,
         argument="micro_batches",
-        item="micro-batch",
-        empty="the window is empty: give at least one (inputs, targets) micro-batch",
+        item=_("micro-batch"),
+        empty=_("the window is empty: give at least one (inputs, targets) micro-batch"),
     )
     if normalize == "samples" and own_index is not None:
         if any(bool((targets == ignore_index).any()) for _, targets in window):
             raise ValueError(
-                f"the targets contain ignore_index ({ignore_index}), so each micro-batch's mean "
-                "is over its tokens, not its samples: use normalize='tokens'"
+                _(
+                    "the targets contain ignore_index ({ignore_index}), so each "
+                    "micro-batch's mean is over its tokens, not its samples: use "
+                    "normalize='tokens'"
+                ).format(ignore_index=ignore_index)
             )
     counts = [count_items(targets, normalize, ignore_index) for _, targets in window]
     total = sum(counts)
     if total == 0:
-        raise ValueError("the window has no targets to learn from (every token is ignore_index)")
+        raise ValueError(_("the window has no targets to learn from (every token is ignore_index)"))
     return backward_window(model, loss_fn, window, counts, reduction, params[0].device)
 
 
@@ -154,7 +176,11 @@ def train_with_accumulation(
     including the short last window; returns each window's loss."""
     trainable_parameters(model)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+        raise TypeError(
+            _("optimizer must be a torch.optim.Optimizer, got {optimizer!r}").format(
+                optimizer=optimizer
+            )
+        )
     losses = []
     for window in windows(loader, accumulation_steps):
         optimizer.zero_grad()
@@ -170,7 +196,7 @@ def train_with_accumulation(
         )
         optimizer.step()
     if not losses:
-        raise ValueError("the loader yielded no micro-batches: nothing to train on")
+        raise ValueError(_("the loader yielded no micro-batches: nothing to train on"))
     return losses
 
 
@@ -198,10 +224,14 @@ def current_gradients(model: nn.Module) -> list[torch.Tensor]:
 def relative_error(got: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
     """``||got - reference|| / ||reference||`` over all tensors together."""
     if len(got) != len(reference) or not got:
-        raise ValueError("got and reference must be equally long, non-empty lists of tensors")
+        raise ValueError(_("got and reference must be equally long, non-empty lists of tensors"))
     for a, b in zip(got, reference, strict=True):
         if a.shape != b.shape:
-            raise ValueError(f"shapes differ: {tuple(a.shape)} and {tuple(b.shape)}")
+            raise ValueError(
+                _("shapes differ: {shape} and {shape2}").format(
+                    shape=tuple(a.shape), shape2=tuple(b.shape)
+                )
+            )
     diff = torch.cat([(a - b).flatten() for a, b in zip(got, reference, strict=True)])
     return (diff.norm() / torch.cat([b.flatten() for b in reference]).norm()).item()
 
@@ -225,7 +255,11 @@ def tail_window_error(
     positive_int(micro_batch_size, "micro_batch_size")
     positive_int(accumulation_steps, "accumulation_steps")
     if scaling not in SCALINGS:
-        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+        raise ValueError(
+            _("scaling must be one of {names}, got {scaling!r}").format(
+                names=", ".join(SCALINGS), scaling=scaling
+            )
+        )
     micro = list(zip(inputs.split(micro_batch_size), labels.split(micro_batch_size), strict=True))
     all_windows = list(windows(micro, accumulation_steps))
     tail = all_windows[-1]

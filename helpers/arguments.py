@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from helpers.translation import _
+
 if TYPE_CHECKING:
     from helpers.data import Batch
 
@@ -13,9 +15,11 @@ if TYPE_CHECKING:
 def positive_int(value, name: str) -> int:
     """``value`` when it is a whole number of at least 1, else a clear error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a whole number, got {value!r}")
+        raise TypeError(
+            _("{name} must be a whole number, got {value!r}").format(name=name, value=value)
+        )
     if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
+        raise ValueError(_("{name} must be at least 1, got {value}").format(name=name, value=value))
     return value
 
 
@@ -23,17 +27,23 @@ def check_batches(batches, *, argument: str, item: str, empty: str) -> list[Batc
     """``batches`` as a list of (inputs, targets) pairs of matching lengths, else a clear
     ``TypeError`` or ``ValueError`` naming ``argument`` and the ``item`` at fault."""
     if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
-        raise TypeError(f"{argument} must be a list of (inputs, targets) pairs")
+        raise TypeError(
+            _("{argument} must be a list of (inputs, targets) pairs").format(argument=argument)
+        )
     batches = list(batches)
     if not batches:
         raise ValueError(empty)
     for index, batch in enumerate(batches):
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise TypeError(f"{item} {index} must be an (inputs, targets) pair")
+            raise TypeError(
+                _("{item} {index} must be an (inputs, targets) pair").format(item=item, index=index)
+            )
         inputs, targets = batch
         if len(inputs) != len(targets):
             raise ValueError(
-                f"{item} {index} has {len(inputs)} inputs but {len(targets)} targets: "
-                "they must have the same length"
+                _(
+                    "{item} {index} has {n_inputs} inputs but {n_targets} targets: they "
+                    "must have the same length"
+                ).format(item=item, index=index, n_inputs=len(inputs), n_targets=len(targets))
             )
     return batches

@@ -10,6 +10,9 @@
 A claim that does not hold raises ``AssertionError`` with what was found instead, so a
 notebook that stops being true stops running. The printed line names a bound, never a
 noise-level number, so it is the same on every machine.
+
+The claim is printed as the notebook wrote it; the words around it (``max difference``, what
+a failed claim found) are in the language ``GM_LANG`` names (:mod:`helpers.translation`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import math
 import numbers
 
 import torch
+
+from helpers.translation import _
 
 __all__ = ["check"]
 
@@ -49,7 +54,9 @@ def _max_difference(actual: object, expected: object) -> float:
     actual_t, expected_t = _as_float64(actual), _as_float64(expected)
     if actual_t.shape != expected_t.shape:
         raise AssertionError(
-            f"shapes differ: {tuple(actual_t.shape)} and {tuple(expected_t.shape)}"
+            _("shapes differ: {actual} and {expected}").format(
+                actual=tuple(actual_t.shape), expected=tuple(expected_t.shape)
+            )
         )
     if actual_t.numel() == 0:
         return 0.0
@@ -59,7 +66,9 @@ def _max_difference(actual: object, expected: object) -> float:
 
 def _show(value: object) -> str:
     if isinstance(value, torch.Tensor):
-        return str(value.item()) if value.numel() == 1 else f"tensor of shape {tuple(value.shape)}"
+        if value.numel() == 1:
+            return str(value.item())
+        return _("tensor of shape {shape}").format(shape=tuple(value.shape))
     return repr(value) if isinstance(value, str) else str(value)
 
 
@@ -84,33 +93,43 @@ def check(
       ``✓ claim (max difference < 1e-6)``.
     """
     if not isinstance(claim, str) or not claim.strip():
-        raise TypeError("check(claim, ...): claim is the sentence to print, a non-empty str")
+        raise TypeError(_("check(claim, ...): claim is the sentence to print, a non-empty str"))
     if expected is _NO_EXPECTED:
         if atol is not None:
             raise TypeError(
-                "check(claim, actual, expected, atol=...): atol needs an expected value"
+                _("check(claim, actual, expected, atol=...): atol needs an expected value")
             )
         if not isinstance(actual, (bool, torch.Tensor)) or (
             isinstance(actual, torch.Tensor) and (actual.numel() != 1 or actual.dtype != torch.bool)
         ):
             raise TypeError(
-                f"check(claim, condition) takes a bool condition, got {type(actual).__name__}: "
-                "pass check(claim, actual, expected) to compare two values"
+                _(
+                    "check(claim, condition) takes a bool condition, got {kind}: "
+                    "pass check(claim, actual, expected) to compare two values"
+                ).format(kind=type(actual).__name__)
             )
         if not bool(actual):
-            raise AssertionError(f"✗ {claim}: it does not hold")
+            raise AssertionError(_("✗ {claim}: it does not hold").format(claim=claim))
         print(f"✓ {claim}")
         return
     if atol is not None:
         if isinstance(atol, bool) or not isinstance(atol, numbers.Real) or not atol > 0:
-            raise ValueError(f"atol is a bound above 0, like 1e-6; got {atol!r}")
+            raise ValueError(
+                _("atol is a bound above 0, like 1e-6; got {atol!r}").format(atol=atol)
+            )
         difference = _max_difference(actual, expected)
         if not difference < atol:
             raise AssertionError(
-                f"✗ {claim}: the max difference is {difference:.3g}, not below {_bound(atol)}"
+                _("✗ {claim}: the max difference is {difference:.3g}, not below {bound}").format(
+                    claim=claim, difference=difference, bound=_bound(atol)
+                )
             )
-        print(f"✓ {claim} (max difference < {_bound(atol)})")
+        print(_("✓ {claim} (max difference < {bound})").format(claim=claim, bound=_bound(atol)))
         return
     if not _equal(actual, expected):
-        raise AssertionError(f"✗ {claim}: got {_show(actual)}, expected {_show(expected)}")
+        raise AssertionError(
+            _("✗ {claim}: got {actual}, expected {expected}").format(
+                claim=claim, actual=_show(actual), expected=_show(expected)
+            )
+        )
     print(f"✓ {claim} == {_show(expected)}")

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from helpers.arguments import positive_int
+from helpers.translation import _
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -35,14 +36,16 @@ def split_batches(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int) 
     """Cut ``inputs`` and ``targets`` into consecutive batches, in order, like the article's
     ``X[i*20:(i+1)*20]``; the last batch is shorter when ``batch_size`` does not divide."""
     if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
-        raise TypeError("inputs and targets must be tensors")
+        raise TypeError(_("inputs and targets must be tensors"))
     positive_int(batch_size, "batch_size")
     if len(inputs) == 0:
-        raise ValueError("inputs is empty: give at least one sample")
+        raise ValueError(_("inputs is empty: give at least one sample"))
     if len(inputs) != len(targets):
         raise ValueError(
-            f"inputs has {len(inputs)} samples but targets has {len(targets)}: "
-            "they must have the same length"
+            _(
+                "inputs has {n_inputs} samples but targets has {n_targets}: they must "
+                "have the same length"
+            ).format(n_inputs=len(inputs), n_targets=len(targets))
         )
     return [
         (inputs[start : start + batch_size], targets[start : start + batch_size])

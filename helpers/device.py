@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from helpers.translation import _
+
 DEVICE_ENV_VAR = "GM_DEVICE"
 """Set this environment variable to ``cpu``, ``cuda`` or ``mps`` to override the choice."""
 
@@ -32,15 +34,23 @@ def pick_device(preferred: str | None = None) -> torch.device:
     if preferred is not None:
         if not isinstance(preferred, str):
             raise TypeError(
-                f"preferred must be a string such as 'cpu', not {type(preferred).__name__}"
+                _("preferred must be a string such as 'cpu', not {kind}").format(
+                    kind=type(preferred).__name__
+                )
             )
         kind = preferred.strip().lower()
         if kind not in _KNOWN:
-            raise ValueError(f"unknown device {preferred!r}: use one of {', '.join(_KNOWN)}")
+            raise ValueError(
+                _("unknown device {preferred!r}: use one of {known}").format(
+                    preferred=preferred, known=", ".join(_KNOWN)
+                )
+            )
         if not _available(kind):
             raise ValueError(
-                f"device {kind!r} was asked for but is not available on this machine; "
-                f"use 'cpu' or unset {DEVICE_ENV_VAR}"
+                _(
+                    "device {kind!r} was asked for but is not available on this machine; "
+                    "use 'cpu' or unset {variable}"
+                ).format(kind=kind, variable=DEVICE_ENV_VAR)
             )
         return torch.device(kind)
     for kind in ("cuda", "mps"):
@@ -52,7 +62,7 @@ def pick_device(preferred: str | None = None) -> torch.device:
 def describe_device(device: torch.device) -> str:
     """One line naming the device, with the GPU's model when there is one."""
     if not isinstance(device, torch.device):
-        raise TypeError(f"expected a torch.device, got {type(device).__name__}")
+        raise TypeError(_("expected a torch.device, got {kind}").format(kind=type(device).__name__))
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     if device.type == "mps":

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from helpers.translation import _
+
 
 def grad_state(tensor: torch.Tensor) -> str:
     """``"None"``, ``"zeros"`` or ``"nonzero"``: what ``tensor.grad`` holds."""
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+        raise TypeError(_("expected a tensor, got {kind}").format(kind=type(tensor).__name__))
     if tensor.grad is None:
         return "None"
     return "zeros" if not tensor.grad.any() else "nonzero"
@@ -21,13 +23,13 @@ def grad_states(parts: Mapping[str, nn.Module | torch.Tensor]) -> dict[str, str]
     """What each named part holds: one state per tensor, or per module when all its
     parameters agree (else ``"mixed"``)."""
     if not isinstance(parts, Mapping) or not parts:
-        raise ValueError("parts must be a non-empty dict of {name: module or tensor}")
+        raise ValueError(_("parts must be a non-empty dict of {name: module or tensor}"))
     states = {}
     for name, part in parts.items():
         if isinstance(part, nn.Module):
             found = {grad_state(p) for p in part.parameters()}
             if not found:
-                raise ValueError(f"{name!r} has no parameters")
+                raise ValueError(_("{name!r} has no parameters").format(name=name))
             states[name] = found.pop() if len(found) == 1 else "mixed"
         else:
             states[name] = grad_state(part)
@@ -54,9 +56,15 @@ class GradLog:
 
     def __init__(self, param: torch.Tensor, optimizer: torch.optim.Optimizer | None = None):
         if not isinstance(param, torch.Tensor) or not param.requires_grad or not param.is_leaf:
-            raise ValueError("param must be a leaf tensor that requires grad (a model parameter)")
+            raise ValueError(
+                _("param must be a leaf tensor that requires grad (a model parameter)")
+            )
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+            raise TypeError(
+                _("optimizer must be a torch.optim.Optimizer, got {optimizer!r}").format(
+                    optimizer=optimizer
+                )
+            )
         self.param = param
         self.optimizer = optimizer
         self.events: list[str] = []
@@ -96,7 +104,11 @@ class StepGradients:
 
     def __init__(self, optimizer: torch.optim.Optimizer):
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+            raise TypeError(
+                _("optimizer must be a torch.optim.Optimizer, got {optimizer!r}").format(
+                    optimizer=optimizer
+                )
+            )
         self.optimizer = optimizer
         self.at_steps: list[torch.Tensor] = []
         self._handle = None

@@ -16,6 +16,7 @@ from helpers.arguments import check_batches
 from helpers.data import Batch
 from helpers.models import make_mlp
 from helpers.training import trainable_parameters
+from helpers.translation import _
 
 if TYPE_CHECKING:  # the auditor is imported only where a run uses it: notebook 05 needs none
     from helpers.audit import LoopAuditor
@@ -53,9 +54,9 @@ class AuditedRun(LoopRun):
 def _prepare(loop, batches, model, make_optimizer, make_scheduler, scaler):
     """The fresh model, optimizer and extras (scheduler, scaler) a run starts from."""
     if not callable(loop):
-        raise TypeError("loop must be a function loop(model, optimizer, batches, ...)")
+        raise TypeError(_("loop must be a function loop(model, optimizer, batches, ...)"))
     batches = check_batches(
-        batches, argument="batches", item="batch", empty="batches is empty: give at least one"
+        batches, argument="batches", item=_("batch"), empty=_("batches is empty: give at least one")
     )
     if model is None:
         model = make_mlp((batches[0][0].shape[-1], 16, 1), seed=0)

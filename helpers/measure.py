@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 
 from helpers.arguments import positive_int
+from helpers.translation import _
 
 
 def grad_bytes(params: Iterable[torch.Tensor]) -> int:
@@ -16,7 +17,11 @@ def grad_bytes(params: Iterable[torch.Tensor]) -> int:
     total = 0
     for index, param in enumerate(params):
         if not isinstance(param, torch.Tensor):
-            raise TypeError(f"item {index} is a {type(param).__name__}, not a tensor")
+            raise TypeError(
+                _("item {index} is a {kind}, not a tensor").format(
+                    index=index, kind=type(param).__name__
+                )
+            )
         if param.grad is not None:
             total += param.grad.numel() * param.grad.element_size()
     return total
@@ -32,11 +37,11 @@ def median_seconds_each(
     that comes and goes on the machine slows them alike. ``setup()`` runs untimed before
     every run; each action's first run is a warm-up."""
     if not isinstance(actions, Mapping) or not actions:
-        raise ValueError("actions must be a non-empty dict of {name: function}")
+        raise ValueError(_("actions must be a non-empty dict of {name: function}"))
     if not all(callable(a) for a in actions.values()) or (
         setup is not None and not callable(setup)
     ):
-        raise TypeError("actions and setup must be functions taking no arguments")
+        raise TypeError(_("actions and setup must be functions taking no arguments"))
     positive_int(repeats, "repeats")
     times: dict[str, list[float]] = {name: [] for name in actions}
     for run in range(repeats + 1):

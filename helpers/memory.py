@@ -23,6 +23,7 @@ from torch import nn
 
 from helpers.arguments import positive_int
 from helpers.models import TwoHeads, make_mlp
+from helpers.translation import _
 
 
 def _batch(in_features: int, classes: int, batch_size: int, device: torch.device):
@@ -69,7 +70,11 @@ WORKLOADS = {
 
 def _workload(name: str):
     if name not in WORKLOADS:
-        raise ValueError(f"unknown workload {name!r}: use one of {', '.join(WORKLOADS)}")
+        raise ValueError(
+            _("unknown workload {name!r}: use one of {names}").format(
+                name=name, names=", ".join(WORKLOADS)
+            )
+        )
     return WORKLOADS[name]
 
 
@@ -110,7 +115,7 @@ def measure_step_memory(
     ``make_mlp(widths)`` with one loss) for each batch size."""
     _workload(workload)
     if not batch_sizes:
-        raise ValueError("batch_sizes is empty: give at least one micro-batch size")
+        raise ValueError(_("batch_sizes is empty: give at least one micro-batch size"))
     for size in batch_sizes:
         positive_int(size, "each batch size")
     runs = [(workload, size) for size in batch_sizes]
@@ -126,12 +131,18 @@ def compare_step_memory(
     """Peak memory of one step of each of ``workloads`` (of ``WORKLOADS``, all on the same
     model) at ``batch_size``, measured side by side by one probe: ``{workload: StepMemory}``."""
     if isinstance(workloads, str) or not workloads:
-        raise ValueError("workloads must be a non-empty list of names from WORKLOADS")
+        raise ValueError(_("workloads must be a non-empty list of names from WORKLOADS"))
     if len(set(workloads)) < len(workloads):
-        raise ValueError(f"workloads {workloads} names one twice: give each once")
+        raise ValueError(
+            _("workloads {workloads} names one twice: give each once").format(workloads=workloads)
+        )
     builders = {_workload(name)[0] for name in workloads}
     if len(builders) > 1:
-        raise ValueError(f"workloads {workloads} build different models: compare one at a time")
+        raise ValueError(
+            _("workloads {workloads} build different models: compare one at a time").format(
+                workloads=workloads
+            )
+        )
     positive_int(batch_size, "batch_size")
     runs = [(name, batch_size) for name in workloads]
     return dict(zip(workloads, _measure(widths, runs, _memory_device(device)), strict=True))
@@ -140,9 +151,11 @@ def compare_step_memory(
 def _memory_device(device) -> torch.device:
     device = torch.device("cpu") if device is None else torch.device(device)
     if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"memory can be measured on 'cpu' or 'cuda', not {device.type!r}")
+        raise ValueError(
+            _("memory can be measured on 'cpu' or 'cuda', not {type!r}").format(type=device.type)
+        )
     if device.type == "cpu" and not hasattr(os, "fork"):
-        raise ValueError("measuring CPU memory needs os.fork (Linux or macOS)")
+        raise ValueError(_("measuring CPU memory needs os.fork (Linux or macOS)"))
     return device
 
 

@@ -8,6 +8,8 @@ import itertools
 import torch
 from torch import nn
 
+from helpers.translation import _
+
 NORMS = ("BatchNorm", "GroupNorm", "LayerNorm", "none")
 
 
@@ -18,7 +20,7 @@ class TokenModel(nn.Module):
     def __init__(self, vocab: int = 11, width: int = 8, seed: int = 0):
         super().__init__()
         if vocab < 2 or width < 1:
-            raise ValueError("vocab must be at least 2 and width at least 1")
+            raise ValueError(_("vocab must be at least 2 and width at least 1"))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.embed = nn.Embedding(vocab, width)
@@ -27,7 +29,11 @@ class TokenModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.dim() != 2:
-            raise ValueError(f"tokens must have shape (batch, time), got {tuple(tokens.shape)}")
+            raise ValueError(
+                _("tokens must have shape (batch, time), got {shape}").format(
+                    shape=tuple(tokens.shape)
+                )
+            )
         return self.out(torch.tanh(self.mix(self.embed(tokens)))).transpose(1, 2)
 
 
@@ -40,7 +46,9 @@ def make_norm_model(norm: str, features: int = 8, width: int = 16, seed: int = 0
         "none": nn.Identity,
     }
     if norm not in layers:
-        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+        raise ValueError(
+            _("norm must be one of {names}, got {norm!r}").format(names=", ".join(NORMS), norm=norm)
+        )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return nn.Sequential(
@@ -51,7 +59,9 @@ def make_norm_model(norm: str, features: int = 8, width: int = 16, seed: int = 0
 def make_mlp(widths: tuple[int, ...], seed: int = 0) -> nn.Sequential:
     """Linear layers of the given widths with ReLU between them (seeded)."""
     if len(widths) < 2 or not all(isinstance(w, int) and w > 0 for w in widths):
-        raise ValueError("widths must be at least two positive whole numbers, e.g. (256, 64, 10)")
+        raise ValueError(
+            _("widths must be at least two positive whole numbers, e.g. (256, 64, 10)")
+        )
     layers: list[nn.Module] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from matplotlib.figure import Figure
 
 from helpers.training import History
+from helpers.translation import _
 
 FIGSIZE = (6.4, 3.2)
 
@@ -36,7 +37,7 @@ def plot_series(
 ) -> Figure:
     """One line per named list of values, against the step number (from 1)."""
     if not isinstance(series, Mapping) or not series:
-        raise ValueError("series must be a non-empty dict of {label: list of numbers}")
+        raise ValueError(_("series must be a non-empty dict of {label: list of numbers}"))
     fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
     ax = fig.subplots()
     for label, values in series.items():
@@ -60,10 +61,14 @@ def plot_loss_curves(
 ) -> Figure:
     """Batch loss after each step, one line per run; ``log_y`` for runs that blow up."""
     if not isinstance(histories, Mapping) or not histories:
-        raise ValueError("histories must be a non-empty dict of {label: History}")
+        raise ValueError(_("histories must be a non-empty dict of {label: History}"))
     for label, history in histories.items():
         if not isinstance(history, History):
-            raise TypeError(f"histories[{label!r}] must be a History, got {type(history).__name__}")
+            raise TypeError(
+                _("histories[{label!r}] must be a History, got {kind}").format(
+                    label=label, kind=type(history).__name__
+                )
+            )
     series = {label: history.losses for label, history in histories.items()}
     return plot_series(series, ylabel=ylabel, title=title, log_y=log_y)
 
@@ -72,7 +77,7 @@ def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> Figure:
     """A function and the gradient autograd computed for it, side by side on one axis."""
     values = [t.detach().cpu().flatten() for t in (x, y, grad)]
     if len({len(v) for v in values}) != 1:
-        raise ValueError("x, y and grad must have the same number of elements")
+        raise ValueError(_("x, y and grad must have the same number of elements"))
     fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
     ax = fig.subplots()
     ax.plot(values[0], values[1], label=name)
@@ -86,7 +91,7 @@ def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> Figure:
 def plot_step_memory(points) -> Figure:
     """Stacked bars per micro-batch size: gradient buffers and everything else a step needed."""
     if not points:
-        raise ValueError("points must be a non-empty list of StepMemory")
+        raise ValueError(_("points must be a non-empty list of StepMemory"))
     fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
     ax = fig.subplots()
     labels = [str(point.batch_size) for point in points]
@@ -104,7 +109,7 @@ def plot_step_memory(points) -> Figure:
 def plot_tail_errors(errors: Mapping[str, Mapping[int, float]]) -> Figure:
     """Gradient error of the last window against k, one line per loss scaling."""
     if not errors:
-        raise ValueError("errors must be a non-empty dict of {scaling: {k: error}}")
+        raise ValueError(_("errors must be a non-empty dict of {scaling: {k: error}}"))
     fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
     ax = fig.subplots()
     for label, by_k in errors.items():

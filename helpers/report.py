@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import unicodedata
+
+from helpers.translation import _
 
 
 def _bound_text(bound: float) -> str:
@@ -21,14 +24,38 @@ def below(value: float, bound: float) -> str:
     for number, name in ((value, "value"), (bound, "bound")):
         if isinstance(number, bool) or not isinstance(number, numbers.Real):
             raise TypeError(
-                f"{name} must be a real number (for a tensor, pass .item()), got {number!r}"
+                _(
+                    "{name} must be a real number (for a tensor, pass .item()), got {number!r}"
+                ).format(name=name, number=number)
             )
     if not (bound > 0 and math.isfinite(bound)):
-        raise ValueError(f"bound must be a positive finite number such as 1e-6, got {bound}")
+        raise ValueError(
+            _("bound must be a positive finite number such as 1e-6, got {bound}").format(
+                bound=bound
+            )
+        )
     if not math.isclose(10 ** round(math.log10(bound)), bound, rel_tol=1e-9):
-        raise ValueError(f"bound must be a power of ten such as 1e-6, got {bound:g}")
+        raise ValueError(
+            _("bound must be a power of ten such as 1e-6, got {bound:g}").format(bound=bound)
+        )
     if math.isnan(value):
-        return f"nan (not < {_bound_text(bound)})"
+        return _("{value} (not < {bound})").format(value="nan", bound=_bound_text(bound))
     if abs(value) < bound:
         return f"< {_bound_text(bound)}"
-    return f"{value:.1e} (not < {_bound_text(bound)})"
+    return _("{value} (not < {bound})").format(value=f"{value:.1e}", bound=_bound_text(bound))
+
+
+def width(text: str) -> int:
+    """The columns ``text`` takes in a monospaced output: 2 for each wide character (Chinese),
+    1 for the others."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, columns: int, align: str = "<") -> str:
+    """``text`` padded with spaces to ``columns`` columns (on the right for ``"<"``, on the
+    left for ``">"``), counting a wide character as 2: ``f"{text:<8}"`` for English text, and
+    aligned in a table for Chinese too."""
+    if align not in ("<", ">"):
+        raise ValueError(_("align must be '<' or '>', got {align!r}").format(align=align))
+    spaces = " " * max(columns - width(text), 0)
+    return text + spaces if align == "<" else spaces + text

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import inspect
 
+from helpers.translation import _
+
 
 def show_source(function: object) -> None:
     """Print the source of a function or class defined in the course's helpers."""
     if not (inspect.isfunction(function) or inspect.isclass(function)):
-        raise TypeError(f"show_source takes a function or class, got {type(function).__name__}")
+        raise TypeError(
+            _("show_source takes a function or class, got {kind}").format(
+                kind=type(function).__name__
+            )
+        )
     print(inspect.getsource(function).rstrip())

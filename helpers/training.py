@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from helpers.arguments import check_batches, positive_int
 from helpers.data import Batch
+from helpers.translation import _
 
 
 @dataclass
@@ -30,12 +31,16 @@ class History:
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The parameters of ``model`` that require grad; a clear error when there are none."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(
+            _("model must be a torch.nn.Module, got {kind}").format(kind=type(model).__name__)
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError(
-            "the model has no parameters that require grad: nothing would be trained "
-            "(did you freeze every layer, or pass a model without layers?)"
+            _(
+                "the model has no parameters that require grad: nothing would be "
+                "trained (did you freeze every layer, or pass a model without layers?)"
+            )
         )
     return params
 
@@ -61,14 +66,14 @@ def train_steps(
     batches = check_batches(
         batches,
         argument="batches",
-        item="batch",
-        empty="batches is empty: give at least one (inputs, targets) pair",
+        item=_("batch"),
+        empty=_("batches is empty: give at least one (inputs, targets) pair"),
     )
     positive_int(steps, "steps")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+        raise ValueError(_("lr must be a positive number, got {lr!r}").format(lr=lr))
     if momentum < 0 or dampening < 0:
-        raise ValueError("momentum and dampening must not be negative")
+        raise ValueError(_("momentum and dampening must not be negative"))
     optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening)
     device = params[0].device
     batches = [(inputs.to(device), targets.to(device)) for inputs, targets in batches]

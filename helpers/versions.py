@@ -10,8 +10,9 @@ checks, on the oldest torch it names here and on the newest release (README, "Te
 
 This module runs in the setup cell before anything else, so that a notebook started on a torch
 or a Python that is too old stops there with a message and the command that fixes it, instead
-of a traceback deep inside a helper. It therefore imports nothing of the course and keeps to
-syntax that Python 3.7 and newer parse.
+of a traceback deep inside a helper. It therefore imports nothing of the course at import
+time and keeps to syntax that Python 3.7 and newer parse. Its messages are in the language
+``GM_LANG`` names when the course's translations load (:func:`_`), in English otherwise.
 """
 
 from __future__ import annotations
@@ -52,13 +53,29 @@ UPGRADE_TORCH = "python -m pip install -U torch"
 INSTALL_TORCH = "python -m pip install torch"
 
 
+def _(message: str) -> str:
+    """``message`` in the language ``GM_LANG`` names (:mod:`helpers.translation`), imported
+    only now; English where the translations cannot load (a Python too old for them)."""
+    try:
+        from helpers.translation import translate
+    except (ImportError, SyntaxError):
+        return message
+    return translate(message)
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
     if not isinstance(text, str):
-        raise TypeError(f"version must be a string such as '2.13.0', got {type(text).__name__}")
+        raise TypeError(
+            _("version must be a string such as '2.13.0', got {kind}").format(
+                kind=type(text).__name__
+            )
+        )
     match = re.match(r"\d+(?:\.\d+)*", text.strip())
     if match is None:
-        raise ValueError(f"cannot read a version number from {text!r}: write it as '2.13.0'")
+        raise ValueError(
+            _("cannot read a version number from {text!r}: write it as '2.13.0'").format(text=text)
+        )
     return tuple(int(part) for part in match.group(0).split("."))
 
 
@@ -72,8 +89,9 @@ def notebook_number(name: str) -> str:
     return name.split("_", 1)[0]
 
 
-def _numbers_as_ranges(names: list[str]) -> str:
-    """['00', '01', '02', '05', '07'] -> '00-02, 05 and 07' (the course's notebooks in order)."""
+def _numbers_as_ranges(names: list[str], translated: bool = False) -> str:
+    """['00', '01', '02', '05', '07'] -> '00-02, 05 and 07' (the course's notebooks in order;
+    ``translated``: in the language of the messages)."""
     order = [notebook_number(name) for name in TORCH_MINIMUMS]
     positions = sorted(order.index(name) for name in names)
     parts, start = [], None
@@ -84,16 +102,28 @@ def _numbers_as_ranges(names: list[str]) -> str:
             first, last = order[start], order[position]
             parts.append(first if first == last else f"{first}-{last}")
             start = None
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    if len(parts) == 1:
+        return parts[0]
+    if translated:
+        return _("{notebooks} and {last}").format(notebooks=", ".join(parts[:-1]), last=parts[-1])
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _known_notebook(notebook: str) -> str:
     if not isinstance(notebook, str):
-        raise TypeError(f"notebook must be a name such as '08_training_stacks', got {notebook!r}")
+        raise TypeError(
+            _("notebook must be a name such as '08_training_stacks', got {notebook!r}").format(
+                notebook=notebook
+            )
+        )
     stem = notebook.rsplit("/", 1)[-1]
     stem = stem[: -len(".ipynb")] if stem.endswith(".ipynb") else stem
     if stem not in TORCH_MINIMUMS:
-        raise ValueError(f"no notebook named {notebook!r}: use one of {', '.join(TORCH_MINIMUMS)}")
+        raise ValueError(
+            _("no notebook named {notebook!r}: use one of {names}").format(
+                notebook=notebook, names=", ".join(TORCH_MINIMUMS)
+            )
+        )
     return stem
 
 
@@ -114,8 +144,8 @@ def running_on_colab() -> bool:
 def upgrade_instruction() -> str:
     """How to get a newer torch into this kernel, on Colab or elsewhere."""
     if running_on_colab():
-        return "run `!pip install -U torch` in a cell, then Runtime > Restart session"
-    return f"run `{UPGRADE_TORCH}`, then restart the kernel"
+        return _("run `!pip install -U torch` in a cell, then Runtime > Restart session")
+    return _("run `{command}`, then restart the kernel").format(command=UPGRADE_TORCH)
 
 
 def _by_minimum(below: tuple[int, ...] | None = None) -> list[tuple[tuple[int, ...], list[str]]]:
@@ -131,9 +161,14 @@ def _by_minimum(below: tuple[int, ...] | None = None) -> list[tuple[tuple[int, .
 def _needs(version: tuple[int, ...]) -> str:
     """What the notebooks that cannot run on ``version`` need: '06 needs 2.4 or newer; 07
     needs 2.9 or newer'."""
-    return "; ".join(
-        f"{_numbers_as_ranges(names)} {'needs' if len(names) == 1 else 'need'} "
-        f"{dotted(minimum)} or newer"
+    return _("; ").join(
+        (
+            _("{notebook} needs {version} or newer")
+            if len(names) == 1
+            else _("{notebooks} need {version} or newer")
+        ).format(
+            notebook=names[0], notebooks=_numbers_as_ranges(names, True), version=dotted(minimum)
+        )
         for minimum, names in _by_minimum(below=version)
     )
 
@@ -149,12 +184,18 @@ def torch_verdict(found: str | None) -> tuple[str, str]:
     every notebook runs, ``"WARN"`` when some do, ``"FAIL"`` when none does or torch is
     missing. The text names what cannot run and the command that fixes it."""
     if found is None:
-        return "FAIL", f"not installed -> {INSTALL_TORCH}"
+        return "FAIL", _("not installed -> {command}").format(command=INSTALL_TORCH)
     runs = runs_on(found)
     if len(runs) == len(TORCH_MINIMUMS):
         return "OK", found
-    start = f"{found}: notebooks {_numbers_as_ranges(runs)} run; " if runs else f"{found}: "
-    return ("WARN" if runs else "FAIL"), f"{start}{_needs(parse_version(found))} -> {UPGRADE_TORCH}"
+    needs = _needs(parse_version(found))
+    if runs:
+        text = _("{found}: notebooks {runs} run; {needs} -> {command}").format(
+            found=found, runs=_numbers_as_ranges(runs, True), needs=needs, command=UPGRADE_TORCH
+        )
+    else:
+        text = f"{found}: {needs} -> {UPGRADE_TORCH}"
+    return ("WARN" if runs else "FAIL"), text
 
 
 def python_verdict(found: str | None = None) -> tuple[str, str]:
@@ -162,10 +203,10 @@ def python_verdict(found: str | None = None) -> tuple[str, str]:
     found = platform.python_version() if found is None else found
     if parse_version(found) >= PYTHON_MINIMUM:
         return "OK", found
-    return "FAIL", (
-        f"{found}: the course needs Python {dotted(PYTHON_MINIMUM)} or newer -> make a new "
-        f"environment with Python {dotted(PYTHON_MINIMUM)} or newer and install the course there"
-    )
+    return "FAIL", _(
+        "{found}: the course needs Python {minimum} or newer -> make a new "
+        "environment with Python {minimum} or newer and install the course there"
+    ).format(found=found, minimum=dotted(PYTHON_MINIMUM))
 
 
 class CourseSetupError(RuntimeError):
@@ -186,21 +227,29 @@ def why_it_cannot_run(
     number = notebook_number(stem)
     status, text = python_verdict(python)
     if status != "OK":
-        return f"Notebook {number} cannot run on Python {text}."
+        return _("Notebook {number} cannot run on Python {text}.").format(number=number, text=text)
     found = installed_torch_version() if torch == "" else torch
     if found is None:
-        return (
-            f"Notebook {number} needs torch, and this kernel has none: run `{INSTALL_TORCH}`, "
+        return _(
+            "Notebook {number} needs torch, and this kernel has none: run `{command}`, "
             "then restart the kernel."
-        )
+        ).format(number=number, command=INSTALL_TORCH)
     minimum = TORCH_MINIMUMS[stem]
     if parse_version(found) >= minimum:
         return None
     runs = runs_on(found)
-    others = f" (notebooks {_numbers_as_ranges(runs)} run on it)" if runs else ""
-    return (
-        f"Notebook {number} needs torch {dotted(minimum)} or newer, and this kernel has "
-        f"torch {found}{others}. To upgrade, {upgrade_instruction()}."
+    others = ""
+    if runs:
+        others = _(" (notebooks {runs} run on it)").format(runs=_numbers_as_ranges(runs, True))
+    return _(
+        "Notebook {number} needs torch {minimum} or newer, and this kernel has "
+        "torch {found}{others}. To upgrade, {instruction}."
+    ).format(
+        number=number,
+        minimum=dotted(minimum),
+        found=found,
+        others=others,
+        instruction=upgrade_instruction(),
     )
 
 

@@ -13,8 +13,23 @@ from torch import nn
 from helpers.accumulation import SCALINGS, tail_window_error
 from helpers.data import Batch
 from helpers.plots import plot_loss_curves
-from helpers.report import below
+from helpers.report import below, pad
 from helpers.training import compare_zero_grad, trainable_parameters
+from helpers.translation import N_, _, translate
+
+# The keys of the results the explorers print (the runs of compare_zero_grad, the report of
+# tail_window_error), marked for translation: printed with translate(key); the results keep
+# them as they are. The plots stay in English (matplotlib's fonts may lack Chinese glyphs).
+SHOWN_KEYS = (
+    N_("with zero_grad"),
+    N_("without zero_grad"),
+    N_("effective batch"),
+    N_("windows"),
+    N_("micro-batches in the last window"),
+    N_("samples in the last window"),
+    N_("gradient error"),
+    N_("step memory (MiB)"),
+)
 
 
 def _run_now(widget: widgets.interactive) -> widgets.interactive:
@@ -37,7 +52,12 @@ def zero_grad_explorer(model: nn.Module, batches: Sequence[Batch]) -> widgets.in
         shown = runs if show_correct_run else {"without zero_grad": runs["without zero_grad"]}
         display(plot_loss_curves(shown, title=f"lr = {lr:.3g}, {steps} steps", log_y=True))
         summary = {label: history.losses[-1] for label, history in runs.items()}
-        print(", ".join(f"{label}: last loss {loss:.4g}" for label, loss in summary.items()))
+        print(
+            _(", ").join(
+                _("{label}: last loss {loss:.4g}").format(label=translate(label), loss=loss)
+                for label, loss in summary.items()
+            )
+        )
         return summary
 
     return _run_now(
@@ -54,10 +74,15 @@ def zero_grad_explorer(model: nn.Module, batches: Sequence[Batch]) -> widgets.in
                 continuous_update=False,
             ),
             steps=widgets.IntSlider(
-                value=200, min=10, max=300, step=10, description="steps", continuous_update=False
+                value=200,
+                min=10,
+                max=300,
+                step=10,
+                description=_("steps"),
+                continuous_update=False,
             ),
             show_correct_run=widgets.Checkbox(
-                value=True, description="show the run with zero_grad"
+                value=True, description=_("show the run with zero_grad")
             ),
         )
     )
@@ -90,7 +115,7 @@ def accumulation_explorer(model: nn.Module, inputs, labels, memory_points) -> wi
     trainable_parameters(model)
     memory = {point.batch_size: point.step_bytes for point in memory_points}
     if not memory:
-        raise ValueError("memory_points is empty: measure some micro-batch sizes first")
+        raise ValueError(_("memory_points is empty: measure some micro-batch sizes first"))
 
     def update(micro_batch_size: int, accumulation_steps: int, scaling: str) -> dict:
         report = tail_window_error(
@@ -100,18 +125,19 @@ def accumulation_explorer(model: nn.Module, inputs, labels, memory_points) -> wi
         for key, value in report.items():
             if key == "gradient error" and value < 1e-5:
                 value = below(value, 1e-5)  # float rounding: the same bound on every machine
-            print(f"{key:<33} {value:.3g}" if isinstance(value, float) else f"{key:<33} {value}")
+            shown = f"{value:.3g}" if isinstance(value, float) else f"{value}"
+            print(f"{pad(translate(key), 33)} {shown}")
         return report
 
     return _run_now(
         widgets.interactive(
             update,
             micro_batch_size=widgets.SelectionSlider(
-                options=sorted(memory), description="micro-batch", continuous_update=False
+                options=sorted(memory), description=_("micro-batch"), continuous_update=False
             ),
             accumulation_steps=widgets.IntSlider(
                 value=4, min=1, max=8, description="k", continuous_update=False
             ),
-            scaling=widgets.ToggleButtons(options=list(SCALINGS), description="scaling"),
+            scaling=widgets.ToggleButtons(options=list(SCALINGS), description=_("scaling")),
         )
     )

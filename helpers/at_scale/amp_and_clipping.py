@@ -18,6 +18,7 @@ from helpers.accumulation import windows
 from helpers.arguments import check_batches, positive_int
 from helpers.data import Batch
 from helpers.training import trainable_parameters
+from helpers.translation import _
 
 MISTAKES = (
     "clip per micro-batch",
@@ -66,13 +67,21 @@ def train_accumulating(
     these rules."""
     params = trainable_parameters(model)
     batches = check_batches(
-        batches, argument="batches", item="batch", empty="batches is empty: give at least one"
+        batches, argument="batches", item=_("batch"), empty=_("batches is empty: give at least one")
     )
     positive_int(accumulation_steps, "accumulation_steps")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+        raise TypeError(
+            _("optimizer must be a torch.optim.Optimizer, got {optimizer!r}").format(
+                optimizer=optimizer
+            )
+        )
     if mistake is not None and mistake not in MISTAKES:
-        raise ValueError(f"mistake must be None or one of {', '.join(MISTAKES)}, got {mistake!r}")
+        raise ValueError(
+            _("mistake must be None or one of {names}, got {mistake!r}").format(
+                names=", ".join(MISTAKES), mistake=mistake
+            )
+        )
     needs = {
         "clip per micro-batch": max_norm,
         "clip before unscale": max_norm is not None and scaler,
@@ -80,7 +89,11 @@ def train_accumulating(
         "update per micro-batch": scaler,
     }
     if mistake is not None and not needs[mistake]:
-        raise ValueError(f"mistake {mistake!r} needs the tool it misuses (max_norm, scaler, ...)")
+        raise ValueError(
+            _("mistake {mistake!r} needs the tool it misuses (max_norm, scaler, ...)").format(
+                mistake=mistake
+            )
+        )
     log = WindowLog()
     clip = None if max_norm is None else lambda: nn.utils.clip_grad_norm_(params, max_norm)
     after_backward = {

@@ -36,6 +36,7 @@ from helpers.accumulation import current_gradients
 from helpers.arguments import check_batches, positive_int
 from helpers.data import Batch
 from helpers.training import trainable_parameters
+from helpers.translation import _
 
 
 def steps_after(n_batches: int, accumulation_steps: int) -> list[int]:
@@ -48,7 +49,9 @@ def steps_after(n_batches: int, accumulation_steps: int) -> list[int]:
 
 
 def _window(window: Sequence[Batch]) -> list[Batch]:
-    return check_batches(window, argument="window", item="micro-batch", empty="the window is empty")
+    return check_batches(
+        window, argument="window", item=_("micro-batch"), empty=_("the window is empty")
+    )
 
 
 def divide_by_k_gradients(
@@ -78,7 +81,7 @@ def num_items_gradients(
     window = _window(window)
     num_items = sum(int((targets != ignore_index).sum()) for _, targets in window)
     if num_items == 0:
-        raise ValueError("the window has no targets that are not ignore_index")
+        raise ValueError(_("the window has no targets that are not ignore_index"))
     model.zero_grad()
     for inputs, targets in window:
         token_sum = F.cross_entropy(

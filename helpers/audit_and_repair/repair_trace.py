@@ -22,6 +22,7 @@ from helpers.data import make_teacher_batches
 from helpers.loop_runs import AuditedRun, audited_run
 from helpers.models import make_mlp
 from helpers.spies import ClipSpy, ScalerSpy
+from helpers.translation import _
 
 # ---------------------------------------------------------------- running and recording
 
@@ -138,7 +139,9 @@ def reference_trace(name: str) -> Trace:
 
 def loop_name(name: str) -> str:
     if not isinstance(name, str) or name.upper() not in LOOPS:
-        raise ValueError(f"name must be one of {', '.join(LOOPS)}, got {name!r}")
+        raise ValueError(
+            _("name must be one of {names}, got {name!r}").format(names=", ".join(LOOPS), name=name)
+        )
     return name.upper()
 
 

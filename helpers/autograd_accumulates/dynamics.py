@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from helpers.arguments import positive_int
+from helpers.translation import _
 
 
 def no_zero_grad_growth_factor(inputs: torch.Tensor, batch_size: int, lr: float) -> float:
@@ -23,12 +24,12 @@ def no_zero_grad_growth_factor(inputs: torch.Tensor, batch_size: int, lr: float)
     split into consecutive batches of ``batch_size`` (the targets do not affect stability).
     """
     if not isinstance(inputs, torch.Tensor) or inputs.dim() != 2:
-        raise TypeError("inputs must be a 2-D tensor of shape (samples, features)")
+        raise TypeError(_("inputs must be a 2-D tensor of shape (samples, features)"))
     if len(inputs) == 0:
-        raise ValueError("inputs is empty: give at least one sample")
+        raise ValueError(_("inputs is empty: give at least one sample"))
     positive_int(batch_size, "batch_size")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+        raise ValueError(_("lr must be a positive number, got {lr!r}").format(lr=lr))
     data = inputs.detach().to("cpu", torch.float64)
     dim = data.shape[1]
     eye = torch.eye(dim, dtype=torch.float64)

@@ -44,6 +44,7 @@ from helpers.models import TokenModel, flat_weights
 from helpers.spies import ClipSpy, ScalerSpy
 from helpers.training_stacks import stacks
 from helpers.training_stacks.stacks import PAD
+from helpers.translation import N_, _
 
 WORLD = 2
 K = 3  # micro-batches per window: 10 micro-batches make windows of 3, 3, 3 and 1
@@ -65,7 +66,8 @@ from torch import nn
 from torch.nn import functional as F
 
 """
-PREAMBLE_NAMES = "torch, nn, F, dist (torch.distributed), contextlib and math"
+# Marked with N_: the checker translates it where it shows it.
+PREAMBLE_NAMES = N_("torch, nn, F, dist (torch.distributed), contextlib and math")
 
 
 def preamble_bindings(preamble: str = PREAMBLE) -> tuple[str, ...]:
@@ -85,10 +87,12 @@ def capstone_data(rank: int, world: int = WORLD) -> list[tuple[torch.Tensor, tor
     """Rank ``rank``'s ``MICRO_BATCHES`` micro-batches ``(tokens, targets)``: 1 to 4
     sequences of up to 3 to 8 positions each, targets ``-100`` past each sequence's end."""
     if not 0 <= rank < world:
-        raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
+        raise ValueError(
+            _("rank must be in 0..{value}, got {rank}").format(value=world - 1, rank=rank)
+        )
     generator = torch.Generator().manual_seed(100 + rank)
     batches = []
-    for _ in range(MICRO_BATCHES):
+    for _batch in range(MICRO_BATCHES):
         rows = int(torch.randint(1, 5, (), generator=generator))
         length = int(torch.randint(3, 9, (), generator=generator))
         tokens = torch.randint(0, VOCAB, (rows, length), generator=generator)
@@ -139,30 +143,45 @@ def token_count(targets: torch.Tensor) -> int:
 
 
 # ------------------------------------------------------------------ the reference
+# Each mistake's hint (marked with N_: the checker translates it and fills in max_norm).
 VARIANTS = {
     "correct": "",
-    "micro-batch mean / window": "each micro-batch's mean token loss was divided by the "
-    "number of micro-batches in the window (and DDP averaged the ranks): a micro-batch with "
-    "few tokens weighs as much as one with many. Sum the token losses and divide by the "
-    "window's count of non-padding tokens",
-    "micro-batch mean / k": "each micro-batch's mean token loss was divided by "
-    "accumulation_steps: the micro-batches weigh the same whatever their tokens, and the "
-    "short last window gets only its share of k. Sum the token losses and divide by the "
-    "window's count of non-padding tokens",
-    "local tokens": "each rank divided its token losses by its own window's token count: "
-    "the ranks' counts differ, and DDP's average of the two means is not the mean over all "
-    "tokens. All-reduce the window's token count (dist.all_reduce) and divide by the total",
-    "no world factor": "the token count was all-reduced, but DDP also averages the "
-    "gradients over the 2 processes: the step got half the mean gradient. Multiply the loss "
-    "by dist.get_world_size() (what the Trainer does with average_tokens_across_devices)",
-    "micro-batch tokens": "each micro-batch was divided by its own token count (all-reduced) "
-    "and by the number of micro-batches: divide the window's summed token losses by the "
-    "window's token count, the same for all its micro-batches",
-    "no last window": "the short last window (1 micro-batch) was never stepped: windows of "
-    "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))",
-    "no clip": "the gradient was clipped at the wrong norm, or not at all: clip the unscaled "
-    f"gradient to max_norm={MAX_NORM:g}, clip_grad_norm_(model.parameters(), {MAX_NORM:g}) once "
-    "per window, after scaler.unscale_(optimizer)",
+    "micro-batch mean / window": N_(
+        "each micro-batch's mean token loss was divided by the "
+        "number of micro-batches in the window (and DDP averaged the ranks): a micro-batch with "
+        "few tokens weighs as much as one with many. Sum the token losses and divide by the "
+        "window's count of non-padding tokens."
+    ),
+    "micro-batch mean / k": N_(
+        "each micro-batch's mean token loss was divided by "
+        "accumulation_steps: the micro-batches weigh the same whatever their tokens, and the "
+        "short last window gets only its share of k. Sum the token losses and divide by the "
+        "window's count of non-padding tokens."
+    ),
+    "local tokens": N_(
+        "each rank divided its token losses by its own window's token count: "
+        "the ranks' counts differ, and DDP's average of the two means is not the mean over all "
+        "tokens. All-reduce the window's token count (dist.all_reduce) and divide by the total."
+    ),
+    "no world factor": N_(
+        "the token count was all-reduced, but DDP also averages the "
+        "gradients over the 2 processes: the step got half the mean gradient. Multiply the loss "
+        "by dist.get_world_size() (what the Trainer does with average_tokens_across_devices)."
+    ),
+    "micro-batch tokens": N_(
+        "each micro-batch was divided by its own token count (all-reduced) "
+        "and by the number of micro-batches: divide the window's summed token losses by the "
+        "window's token count, the same for all its micro-batches."
+    ),
+    "no last window": N_(
+        "the short last window (1 micro-batch) was never stepped: windows of "
+        "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))."
+    ),
+    "no clip": N_(
+        "the gradient was clipped at the wrong norm, or not at all: clip the unscaled "
+        "gradient to max_norm={max_norm:g}, clip_grad_norm_(model.parameters(), {max_norm:g}) "
+        "once per window, after scaler.unscale_(optimizer)."
+    ),
 }
 
 
@@ -534,12 +553,14 @@ def _batch_outcome(
 
         if os.environ.get(STACKS_ON_STOP):  # CI: where the rank was when its deadline passed
             print(events[0]["stacks"], file=sys.stderr)
-        message = f"the {WORLD}-process run took over {timeout:g} s and was stopped"
+        message = _("the {world}-process run took over {timeout:g} s and was stopped").format(
+            world=WORLD, timeout=timeout
+        )
         return CapstoneRunError("timeout", message)
     if events:
         return CapstoneRunError("error", events[0]["error"], events[0]["calls"])
     if failure is None:
-        return CapstoneRunError("failed", "the run ended without judging the function")
+        return CapstoneRunError("failed", _("the run ended without judging the function"))
     kind = "timeout" if "took over" in str(failure) else "failed"
     return CapstoneRunError(kind, str(failure))
 

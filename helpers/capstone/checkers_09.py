@@ -23,7 +23,7 @@ from helpers.checks import (
     number_checker,
     wrong,
 )
-from helpers.translation import N_, _
+from helpers.translation import N_, _, translate
 
 # Exercise 09.2: DDP's all-reduces of the gradients on one rank over the whole capstone run,
 # with the model's gradients in one bucket (tests/test_capstone.py counts them in a run).
@@ -113,7 +113,7 @@ def _capstone_error_hint(error: capstone_run.CapstoneRunError, timeout: float) -
             "{message} The check runs your function's source alone, "
             "in 2 fresh processes: only {PREAMBLE_NAMES} are there, "
             "nothing from other cells."
-        ).format(message=error.message, PREAMBLE_NAMES=capstone_run.PREAMBLE_NAMES)
+        ).format(message=error.message, PREAMBLE_NAMES=translate(capstone_run.PREAMBLE_NAMES))
     return _("{message} (in one of the 2 processes)").format(message=error.message)
 
 
@@ -265,7 +265,7 @@ def _judge_capstone(results: dict) -> CheckResult:
                 hint
                 and (got - capstone_run.reference_run(variant)["weights"]).norm() < 0.01 * should
             ):
-                return wrong(hint + ".")
+                return wrong(translate(hint).format(max_norm=capstone_run.MAX_NORM))
         return wrong(
             _(
                 "the weights are {item:.1%} (of the distance they moved) "

@@ -17,18 +17,30 @@ from helpers.arguments import positive_int
 from helpers.data import Batch
 from helpers.plots import FIGSIZE
 from helpers.training import trainable_parameters
+from helpers.translation import N_, translate
 
 
 def _check_training(model, optimizer, loader, epochs) -> None:
     trainable_parameters(model)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {optimizer!r}")
+        raise TypeError(
+            translate(N_("optimizer must be a torch.optim.Optimizer, got {optimizer!r}")).format(
+                optimizer=optimizer
+            )
+        )
     if isinstance(loader, (str, bytes)) or not isinstance(loader, Iterable):
-        raise TypeError("loader must be a list of (inputs, targets) pairs or a DataLoader")
+        raise TypeError(
+            translate(N_("loader must be a list of (inputs, targets) pairs or a DataLoader"))
+        )
     if iter(loader) is loader:
         raise TypeError(
-            "loader is an iterator: it would be empty after the first epoch; pass a list "
-            "of (inputs, targets) pairs or a DataLoader, which can be iterated again"
+            translate(
+                N_(
+                    "loader is an iterator: it would be empty after the first epoch; pass "
+                    "a list of (inputs, targets) pairs or a DataLoader, which can be "
+                    "iterated again"
+                )
+            )
         )
     positive_int(epochs, "epochs")
 
@@ -69,7 +81,11 @@ class UpdateCurve:
     def loss_after(self, updates: int) -> float:
         """The training loss once ``updates`` optimizer updates were made."""
         if updates not in self.updates:
-            raise ValueError(f"no checkpoint after {updates} updates; there are {self.updates}")
+            raise ValueError(
+                translate(N_("no checkpoint after {updates} updates; there are {updates2}")).format(
+                    updates=updates, updates2=self.updates
+                )
+            )
         return self.losses[self.updates.index(updates)]
 
     def at_epoch_ends(self) -> dict[int, float]:
@@ -107,7 +123,9 @@ def train_counting_updates(
     positive_int(checkpoint_every, "checkpoint_every")
     positive_int(epochs, "epochs")
     if len(inputs) != len(labels) or len(inputs) == 0:
-        raise ValueError("inputs and labels must be non-empty and of the same length")
+        raise ValueError(
+            translate(N_("inputs and labels must be non-empty and of the same length"))
+        )
     model = copy.deepcopy(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     generator = torch.Generator().manual_seed(seed)
@@ -134,10 +152,14 @@ def train_counting_updates(
 def plot_updates_and_epochs(curves: Mapping[str, UpdateCurve]) -> Figure:
     """Training loss per epoch (left) and per optimizer update (right), one line per run."""
     if not isinstance(curves, Mapping) or not curves:
-        raise ValueError("curves must be a non-empty dict of {label: UpdateCurve}")
+        raise ValueError(translate(N_("curves must be a non-empty dict of {label: UpdateCurve}")))
     for label, curve in curves.items():
         if not isinstance(curve, UpdateCurve):
-            raise TypeError(f"curves[{label!r}] must be an UpdateCurve, got {type(curve).__name__}")
+            raise TypeError(
+                translate(N_("curves[{label!r}] must be an UpdateCurve, got {kind}")).format(
+                    label=label, kind=type(curve).__name__
+                )
+            )
     fig = Figure(figsize=(FIGSIZE[0] * 1.5, FIGSIZE[1]), dpi=80, layout="constrained")
     per_epoch, per_update = fig.subplots(1, 2, sharey=True)
     for label, curve in curves.items():

@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.accumulation import windows
+from helpers.translation import N_, translate
 
 if TYPE_CHECKING:  # the auditor is imported only where a run uses it: notebook 05 needs none
     pass
@@ -25,7 +26,9 @@ def graph_size(tensor: torch.Tensor) -> int:
     detached tensor); the parameters' gradient accumulators, shared by every graph, are not
     counted."""
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a tensor, got {type(tensor).__name__}")
+        raise TypeError(
+            translate(N_("expected a tensor, got {kind}")).format(kind=type(tensor).__name__)
+        )
     seen, stack = set(), [tensor.grad_fn] if tensor.grad_fn is not None else []
     while stack:
         node = stack.pop()

@@ -21,6 +21,7 @@ import torch
 
 from helpers.arguments import positive_int
 from helpers.processes.launcher import STACKS_ON_STOP
+from helpers.translation import _
 
 ROOT = Path(__file__).resolve().parents[2]
 # The ranks' path: the repository, and the loop auditor's package (a distribution of its own,
@@ -92,7 +93,9 @@ def launch(
     positive_int(nproc, "nproc")
     if isinstance(preload, str) or not all(isinstance(name, str) for name in preload):
         raise TypeError(
-            f"preload takes module names in a tuple, such as ('torch._dynamo',), got {preload!r}"
+            _(
+                "preload takes module names in a tuple, such as ('torch._dynamo',), got {preload!r}"
+            ).format(preload=preload)
         )
     if finish_grace is not None and (
         isinstance(finish_grace, bool)
@@ -100,8 +103,10 @@ def launch(
         or not 0 < finish_grace < timeout
     ):
         raise ValueError(
-            f"finish_grace must be None or a number of seconds above 0 and below timeout "
-            f"({timeout:g}), got {finish_grace!r}"
+            _(
+                "finish_grace must be None or a number of seconds above 0 and below "
+                "timeout ({timeout:g}), got {finish_grace!r}"
+            ).format(timeout=timeout, finish_grace=finish_grace)
         )
     if not torch.distributed.is_available():
         raise RuntimeError(
@@ -127,7 +132,7 @@ def launch(
             start_new_session=True,  # its own process group: one kill reaches every rank
         )
         try:
-            output, _ = process.communicate(timeout=timeout)
+            output, _errors = process.communicate(timeout=timeout)
         except BaseException as error:  # timeout, Ctrl-C, kernel interrupt: no stray ranks
             output = _stop(process)
             if isinstance(error, subprocess.TimeoutExpired):
@@ -166,12 +171,12 @@ def _stop(process: subprocess.Popen) -> str:
     if they have not ended in 40 s. Returns what they printed that was not yet read."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
-        output, _ = process.communicate(timeout=40)
+        output, _errors = process.communicate(timeout=40)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
+        output, _errors = process.communicate()
     except ProcessLookupError:
-        output, _ = process.communicate()
+        output, _errors = process.communicate()
     return output or ""
 
 

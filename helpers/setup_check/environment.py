@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from helpers.device import describe_device, pick_device
+from helpers.translation import _
 from helpers.versions import (
+    INSTALL_TORCH,
     TORCH_FLOOR,
     UPGRADE_TORCH,
     parse_version,
@@ -31,10 +33,15 @@ class Requirement:
     needed_on_colab: bool = True
 
 
-TORCH_FIX = (
-    f"{UPGRADE_TORCH}  (CPU-only machines: add "
-    "--index-url https://download.pytorch.org/whl/cpu for the small build)"
-)
+def torch_fix(command: str = UPGRADE_TORCH) -> str:
+    """The command that installs or upgrades torch, with how to get the small CPU build."""
+    return _(
+        "{command}  (CPU-only machines: add "
+        "--index-url https://download.pytorch.org/whl/cpu for the small build)"
+    ).format(command=command)
+
+
+TORCH_FIX = torch_fix()
 # torch's line is judged notebook by notebook (helpers.versions); the others by one minimum.
 REQUIREMENTS = (
     Requirement("torch", "torch", TORCH_FLOOR, TORCH_FIX),
@@ -60,7 +67,7 @@ class CheckLine:
         return self.status != "FAIL"
 
     def __str__(self) -> str:
-        detail = self.found if self.found is not None else "not installed"
+        detail = self.found if self.found is not None else _("not installed")
         text = f"{'[' + self.status + ']':<6} {self.name:<11} {detail}"
         return f"{text}  ->  {self.fix}" if self.fix and self.status != "OK" else text
 
@@ -69,18 +76,18 @@ def torch_line(found: str | None) -> CheckLine:
     """torch's line: OK when every notebook runs on ``found``; WARN naming the notebooks that
     need a newer torch; FAIL when none runs."""
     if found is None:
-        return CheckLine("torch", None, "FAIL", TORCH_FIX.replace(" -U", ""))
+        return CheckLine("torch", None, "FAIL", torch_fix(INSTALL_TORCH))
     status, text = torch_verdict(found)
     if status == "OK":
         return CheckLine("torch", found, "OK", "")
-    detail, _, fix = text.rpartition(" -> ")
+    detail, _arrow, fix = text.rpartition(" -> ")
     return CheckLine("torch", detail, status, fix)
 
 
 def check_environment() -> list[CheckLine]:
     """Python, the course's packages and the device, each marked OK, WARN or FAIL."""
     python_status, python_text = python_verdict()
-    python_found, _, python_fix = python_text.partition(" -> ")
+    python_found, _arrow, python_fix = python_text.partition(" -> ")
     lines = [CheckLine("python", python_found, python_status, python_fix)]
     on_colab = running_on_colab()
     for requirement in REQUIREMENTS:
@@ -101,5 +108,5 @@ def check_environment() -> list[CheckLine]:
     try:
         lines.append(CheckLine("device", describe_device(pick_device()), "OK", ""))
     except ValueError as error:  # GM_DEVICE names a device this machine lacks
-        lines.append(CheckLine("device", "not available", "FAIL", str(error)))
+        lines.append(CheckLine("device", _("not available"), "FAIL", str(error)))
     return lines

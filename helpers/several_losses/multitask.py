@@ -7,13 +7,19 @@ from collections.abc import Sequence
 
 import torch
 
+from helpers.translation import _
+
 
 def _check_losses(losses: Sequence[torch.Tensor]) -> None:
     if isinstance(losses, torch.Tensor) or not isinstance(losses, Sequence) or not losses:
-        raise TypeError("losses must be a non-empty list of scalar loss tensors")
+        raise TypeError(_("losses must be a non-empty list of scalar loss tensors"))
     for index, loss in enumerate(losses):
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise ValueError(f"loss {index} must be a scalar tensor (reduce it with .mean())")
+            raise ValueError(
+                _("loss {index} must be a scalar tensor (reduce it with .mean())").format(
+                    index=index
+                )
+            )
 
 
 def weighted_sum(
@@ -25,7 +31,9 @@ def weighted_sum(
         weights = [1.0] * len(losses)
     if len(weights) != len(losses):
         raise ValueError(
-            f"{len(losses)} losses but {len(weights)} weights: give one weight per loss"
+            _("{n_losses} losses but {n_weights} weights: give one weight per loss").format(
+                n_losses=len(losses), n_weights=len(weights)
+            )
         )
     return sum(weight * loss for weight, loss in zip(weights, losses, strict=True))
 
@@ -39,7 +47,7 @@ def task_gradients(
     _check_losses(losses)
     params = list(params)
     if not params or not all(isinstance(p, torch.Tensor) and p.requires_grad for p in params):
-        raise ValueError("params must be a non-empty list of tensors that require grad")
+        raise ValueError(_("params must be a non-empty list of tensors that require grad"))
     result = []
     for loss in losses:
         grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
@@ -52,7 +60,7 @@ def task_gradients(
 def flatten(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """All gradient tensors of one task as one vector."""
     if not grads:
-        raise ValueError("grads is empty")
+        raise ValueError(_("grads is empty"))
     return torch.cat([g.reshape(-1) for g in grads])
 
 
@@ -60,10 +68,10 @@ def cosine_similarity(grads_a: Sequence[torch.Tensor], grads_b: Sequence[torch.T
     """Cosine of the angle between two tasks' gradients: 1 agree, 0 unrelated, -1 opposed."""
     a, b = flatten(grads_a), flatten(grads_b)
     if a.shape != b.shape:
-        raise ValueError("the two tasks' gradients must cover the same parameters")
+        raise ValueError(_("the two tasks' gradients must cover the same parameters"))
     norms = a.norm() * b.norm()
     if norms == 0:
-        raise ValueError("a task's gradient is zero: its direction is undefined")
+        raise ValueError(_("a task's gradient is zero: its direction is undefined"))
     return (a @ b / norms).item()
 
 
@@ -76,10 +84,10 @@ def pcgrad(task_grads: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
     two tasks and a plain gradient step, the result does not increase either loss to first
     order; with three or more tasks there is no such guarantee."""
     if not task_grads or len(task_grads) < 2:
-        raise ValueError("pcgrad needs the gradients of at least two tasks")
+        raise ValueError(_("pcgrad needs the gradients of at least two tasks"))
     shapes = [[tuple(g.shape) for g in grads] for grads in task_grads]
     if any(s != shapes[0] for s in shapes):
-        raise ValueError("every task's gradients must cover the same parameters, in order")
+        raise ValueError(_("every task's gradients must cover the same parameters, in order"))
     flat = [flatten(grads) for grads in task_grads]
     projected = []
     for i, g_i in enumerate(flat):

@@ -22,6 +22,7 @@ from helpers.checks import (
 )
 from helpers.models import flat_weights
 from helpers.training_stacks.window_records import close, near, watch_clipping
+from helpers.translation import N_, _, translate
 
 REPAIR_CALL = "train(model, micro_batches, k)"
 REPAIR_LR = 0.5
@@ -68,21 +69,32 @@ def _repair_reference(variant: str = "correct") -> torch.Tensor:
     return flat_weights(model)
 
 
+# Marked with N_: translated where they are shown.
 REPAIR_VARIANTS = {
-    "not divided": "the losses were not divided by len(window): the window's gradient is "
-    "then the sum of its micro-batches' gradients, len(window) times their mean. Backward "
-    "loss / len(window), as the loop does.",
-    "divided by k": "the short last window (1 micro-batch) was divided by k = 3: divide by "
-    "len(window), as the loop does.",
-    "no clip": "the window's gradient was not clipped to 1.0 before the step.",
-    "clip 0.5": "the window's gradient was clipped to 0.5: clip it to 1.0, as the loop does.",
-    "clip in the loop": "the gradient was clipped after each micro-batch's backward, inside "
-    "the loop: clip once per window, after its last backward, just before the step.",
-    "zero_grad in the loop": "zero_grad() ran before each micro-batch's backward, inside the "
-    "loop, so only the window's last gradient was left: zero once per window, before the "
-    "micro-batch loop.",
-    "no zero_grad": "the gradients were not zeroed between windows: with one optimizer for "
-    "the model, call optimizer.zero_grad() at the start of each window.",
+    "not divided": N_(
+        "the losses were not divided by len(window): the window's gradient is "
+        "then the sum of its micro-batches' gradients, len(window) times their mean. Backward "
+        "loss / len(window), as the loop does."
+    ),
+    "divided by k": N_(
+        "the short last window (1 micro-batch) was divided by k = 3: divide by "
+        "len(window), as the loop does."
+    ),
+    "no clip": N_("the window's gradient was not clipped to 1.0 before the step."),
+    "clip 0.5": N_("the window's gradient was clipped to 0.5: clip it to 1.0, as the loop does."),
+    "clip in the loop": N_(
+        "the gradient was clipped after each micro-batch's backward, inside "
+        "the loop: clip once per window, after its last backward, just before the step."
+    ),
+    "zero_grad in the loop": N_(
+        "zero_grad() ran before each micro-batch's backward, inside the "
+        "loop, so only the window's last gradient was left: zero once per window, before the "
+        "micro-batch loop."
+    ),
+    "no zero_grad": N_(
+        "the gradients were not zeroed between windows: with one optimizer for "
+        "the model, call optimizer.zero_grad() at the start of each window."
+    ),
 }
 
 
@@ -105,13 +117,13 @@ def _diagnose_repair_clipping(clips: list[dict]) -> str | None:
         if clip["after"] > 0:
             by_window.setdefault((clip["after"] - 1) // REPAIR_K, []).append(clip)
     if any(len({clip["after"] for clip in window}) > 1 for window in by_window.values()):
-        return REPAIR_VARIANTS["clip in the loop"]
+        return translate(REPAIR_VARIANTS["clip in the loop"])
     for window in by_window.values():
         if not near(window[-1]["max_norm"], 1.0, 1e-6):
-            return (
-                f"the window's gradient was clipped to {window[-1]['max_norm']:g}: clip it to "
+            return _(
+                "the window's gradient was clipped to {max_norm:g}: clip it to "
                 "1.0, as the loop does."
-            )
+            ).format(max_norm=window[-1]["max_norm"])
     first = by_window.get(0, [{}])[-1].get("grad")
     right = _repair_first_gradient()
     if first is None or first.shape != right.shape:
@@ -121,19 +133,19 @@ def _diagnose_repair_clipping(clips: list[dict]) -> str | None:
     if not parallel or near(ratio, 1.0, 1e-4):
         return None
     if near(ratio, REPAIR_K, 1e-4):
-        return REPAIR_VARIANTS["not divided"]
+        return translate(REPAIR_VARIANTS["not divided"])
     batch = len(repair_data()[0][1])
     if near(ratio, batch, 1e-4):
-        return (
-            f"clipping saw a gradient {batch} times the ordinary loop's, the micro-batch size: "
+        return _(
+            "clipping saw a gradient {batch} times the ordinary loop's, the micro-batch size: "
             "the losses were summed over the samples (reduction='sum'?). Backward the mean "
             "loss / len(window), F.mse_loss(model(inputs), targets) / len(window)."
-        )
-    return (
-        f"clipping saw the first window's gradient {ratio:.3g} times the ordinary loop's "
+        ).format(batch=batch)
+    return _(
+        "clipping saw the first window's gradient {ratio:.3g} times the ordinary loop's "
         "(the same direction): the losses were scaled by something other than "
         "1 / len(window). Backward F.mse_loss(model(inputs), targets) / len(window)."
-    )
+    ).format(ratio=ratio)
 
 
 def _optimizer_setting_hint(settings: set[tuple]) -> str | None:
@@ -141,20 +153,24 @@ def _optimizer_setting_hint(settings: set[tuple]) -> str | None:
     learning rate, momentum or weight decay."""
     for kind, lr, momentum, decay in sorted(settings, key=str):
         if kind != "SGD":
-            return f"the loop steps {kind}: it steps plain SGD (lr {REPAIR_LR:g}); keep it."
+            return _("the loop steps {kind}: it steps plain SGD (lr {lr:g}); keep it.").format(
+                kind=kind, lr=REPAIR_LR
+            )
         if momentum:
-            return (
-                f"the optimizer has momentum={momentum:g}: each step then also moves along "
+            return _(
+                "the optimizer has momentum={momentum:g}: each step then also moves along "
                 "the earlier steps' direction. The loop steps plain SGD, "
-                f"torch.optim.SGD(model.parameters(), lr={REPAIR_LR:g})."
-            )
+                "torch.optim.SGD(model.parameters(), lr={lr:g})."
+            ).format(momentum=momentum, lr=REPAIR_LR)
         if decay:
-            return (
-                f"the optimizer has weight_decay={decay:g}: the loop steps plain SGD, "
-                f"torch.optim.SGD(model.parameters(), lr={REPAIR_LR:g})."
-            )
+            return _(
+                "the optimizer has weight_decay={decay:g}: the loop steps plain SGD, "
+                "torch.optim.SGD(model.parameters(), lr={lr:g})."
+            ).format(decay=decay, lr=REPAIR_LR)
         if not isinstance(lr, torch.Tensor) and not near(float(lr), REPAIR_LR, 1e-9):
-            return f"the learning rate is {lr:g}: the loop steps SGD with lr {REPAIR_LR:g}."
+            return _(
+                "the learning rate is {lr:g}: the loop steps SGD with lr {repair_lr:g}."
+            ).format(lr=lr, repair_lr=REPAIR_LR)
     return None
 
 
@@ -188,10 +204,10 @@ def check_repaired_window(train) -> CheckResult:
     start = flat_weights(model)
     forwards, steps = [0], []
 
-    def count_forward(*_):
+    def count_forward(*args):
         forwards[0] += 1
 
-    def record_step(optimizer, *_):
+    def record_step(optimizer, *args):
         group = optimizer.param_groups[0]  # (class, lr, momentum, weight decay)
         settings = (type(optimizer).__name__, group.get("lr"), group.get("momentum", 0))
         steps.append(
@@ -217,51 +233,65 @@ def check_repaired_window(train) -> CheckResult:
     weights = flat_weights(model)
     if close(weights, _repair_reference()):
         return correct(
-            "one optimizer step per window on the accumulated, clipped gradient: the same "
-            "weights as the ordinary loop."
+            _(
+                "one optimizer step per window on the accumulated, clipped gradient: the same "
+                "weights as the ordinary loop."
+            )
         )
     inside = sum(step["in_backward"] for step in steps)
     if inside:
         return wrong(
-            f"the optimizer still steps inside backward ({inside} step() calls ran during "
-            "backward passes, for 7 micro-batches): each hook steps as soon as a gradient "
-            "arrives, so nothing is accumulated. Remove the hooks that step; one optimizer "
-            "over model.parameters(), stepped once per window."
+            _(
+                "the optimizer still steps inside backward ({inside} step() calls ran during "
+                "backward passes, for 7 micro-batches): each hook steps as soon as a gradient "
+                "arrives, so nothing is accumulated. Remove the hooks that step; one optimizer "
+                "over model.parameters(), stepped once per window."
+            ).format(inside=inside)
         )
     after = sorted({step["after"] for step in steps})  # per-parameter optimizers: one moment
     windows = [min(end, 7) for end in range(REPAIR_K, 7 + REPAIR_K, REPAIR_K)]
     if len(after) != len(windows) and (steps or close(weights, start)):
         return wrong(
-            f"{len(after)} optimizer steps for 7 micro-batches in windows of 3: step once "
-            "per window, the short last one included (3 steps)."
+            _(
+                "{steps} optimizer steps for 7 micro-batches in windows of 3: step once "
+                "per window, the short last one included (3 steps)."
+            ).format(steps=len(after))
         )
     if steps and after != windows:
         return wrong(
-            f"the optimizer stepped after micro-batches {after}: step at the end of each "
-            f"window, after micro-batches {windows}."
+            _(
+                "the optimizer stepped after micro-batches {after}: step at the end of each "
+                "window, after micro-batches {windows}."
+            ).format(after=after, windows=windows)
         )
     twice = len(steps) - len({(step["after"], step["id"]) for step in steps})
     if twice:
         return wrong(
-            f"an optimizer stepped more than once at the end of a window ({twice} extra "
-            "step() calls): step each optimizer once per window."
+            _(
+                "an optimizer stepped more than once at the end of a window ({twice} extra "
+                "step() calls): step each optimizer once per window."
+            ).format(twice=twice)
         )
     setting = _optimizer_setting_hint({step["settings"] for step in steps})
     if setting:
         return wrong(setting)
     if close(weights, start):
         return wrong(
-            "the weights did not move: at each step the gradients were gone (None or zero). "
-            "A hook that frees .grad, or zero_grad() after the backward calls? Keep the "
-            "gradients until the step; zero them at the start of the next window."
+            _(
+                "the weights did not move: at each step the gradients were gone (None or zero). "
+                "A hook that frees .grad, or zero_grad() after the backward calls? Keep the "
+                "gradients until the step; zero them at the start of the next window."
+            )
         )
     hint = _diagnose_repair_clipping(clips)
     if hint:
         return wrong(hint)
     for variant, hint in REPAIR_VARIANTS.items():
         if close(weights, _repair_reference(variant)):
-            return wrong(hint)
+            return wrong(translate(hint))
     return wrong(
-        "the weights differ from the accumulated windows: zero the gradients, backward each "
-        "loss / len(window), clip to 1.0, step SGD (lr 0.5), once per window."
+        _(
+            "the weights differ from the accumulated windows: zero the gradients, backward each "
+            "loss / len(window), clip to 1.0, step SGD (lr 0.5), once per window."
+        )
     )

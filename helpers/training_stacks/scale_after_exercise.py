@@ -31,18 +31,20 @@ from helpers.training_stacks.stacks import (
     token_loss_sum,
 )
 from helpers.training_stacks.window_records import CheckStop, close, grad_norm, near, watch_clipping
+from helpers.translation import N_, _, translate
 
 WINDOW_CALL = "scale_after_window(model, optimizer, micro_batches, world_size, all_reduce)"
 LR = 0.5
 MAX_NORM = 0.4  # above one window's gradient norm, below another's: clipping shows
 
 
-READ_TWICE = (
+# The hints are marked with N_ and translated where they are shown (translate or _hint).
+READ_TWICE = N_(
     "micro_batches was read a second time: it can be read only once (like a DataLoader that "
     "streams), so the second pass got nothing. Count the tokens in the same loop as the "
     "backward passes: count += (targets != -100).sum() after each backward."
 )
-NOT_A_SUM = (
+NOT_A_SUM = N_(
     "all_reduce(count, op={op}): the count must be summed over the ranks (op=ReduceOp.SUM, "
     "the default), so call all_reduce(count) and multiply the gradients by world_size / count."
 )
@@ -60,7 +62,7 @@ class _ReadOnce:
     def __iter__(self):
         if self.exhausted:
             self.read_twice = True
-            raise CheckStop(READ_TWICE)
+            raise CheckStop(translate(READ_TWICE))
         return self
 
     def __next__(self):
@@ -177,11 +179,13 @@ class _AllReduce:
     def __call__(self, tensor, op=None, group=None, async_op=False, **kwargs):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(
-                "all_reduce(tensor) sums a tensor in place, like torch.distributed.all_reduce: "
-                f"pass the count as a tensor, got {type(tensor).__name__}"
+                _(
+                    "all_reduce(tensor) sums a tensor in place, like "
+                    "torch.distributed.all_reduce: pass the count as a tensor, got {kind}"
+                ).format(kind=type(tensor).__name__)
             )
         if not _is_sum(op):
-            self.problem = NOT_A_SUM.format(op=str(op).rsplit(".", 1)[-1])
+            self.problem = translate(NOT_A_SUM).format(op=str(op).rsplit(".", 1)[-1])
             raise CheckStop(self.problem)
         self.calls.append(
             {
@@ -262,43 +266,62 @@ def _reference(world: int, variant: str = "correct") -> tuple[torch.Tensor, tupl
 
 
 WINDOW_VARIANTS = {
-    "no world factor": "the gradients were divided by the all-reduced count, but DDP had "
-    "already averaged them over the ranks (divided their sum by the world size): multiply "
-    "by world_size / count.",
-    "local count": "the gradients were scaled by this rank's own token count: call "
-    "all_reduce(count) first, then compute world_size / count from the count it leaves "
-    "(the window's over all ranks).",
-    "mean loss": "each micro-batch's mean token loss was backwarded: backward the sum of its "
-    "token losses (reduction='sum'), then divide once by the window's count.",
-    "clip before scaling": "the gradients were clipped before they were scaled: the sums are "
-    "about count times the mean, so clipping them is not clipping the window's gradient. "
-    "Scale first, then clip, then step.",
-    "no clip": f"the gradient was not clipped (or not to {MAX_NORM:g}): clip after scaling, "
-    f"nn.utils.clip_grad_norm_(model.parameters(), {MAX_NORM:g}).",
-    "no zero_grad": "the second window added to the first one's gradients: zero the "
-    "gradients at the start of each window (optimizer.zero_grad()).",
-    "divided by k": "the gradients were divided by the number of micro-batches: they are "
-    "sums of token losses, divide by the window's token count.",
+    "no world factor": N_(
+        "the gradients were divided by the all-reduced count, but DDP had "
+        "already averaged them over the ranks (divided their sum by the world size): multiply "
+        "by world_size / count."
+    ),
+    "local count": N_(
+        "the gradients were scaled by this rank's own token count: call "
+        "all_reduce(count) first, then compute world_size / count from the count it leaves "
+        "(the window's over all ranks)."
+    ),
+    "mean loss": N_(
+        "each micro-batch's mean token loss was backwarded: backward the sum of its "
+        "token losses (reduction='sum'), then divide once by the window's count."
+    ),
+    "clip before scaling": N_(
+        "the gradients were clipped before they were scaled: the sums are "
+        "about count times the mean, so clipping them is not clipping the window's gradient. "
+        "Scale first, then clip, then step."
+    ),
+    "no clip": N_(
+        "the gradient was not clipped (or not to {max_norm:g}): clip after scaling, "
+        "nn.utils.clip_grad_norm_(model.parameters(), {max_norm:g})."
+    ),
+    "no zero_grad": N_(
+        "the second window added to the first one's gradients: zero the "
+        "gradients at the start of each window (optimizer.zero_grad())."
+    ),
+    "divided by k": N_(
+        "the gradients were divided by the number of micro-batches: they are "
+        "sums of token losses, divide by the window's token count."
+    ),
 }
 
 
-NO_PROCESS_GROUP = (
+def _hint(message: str) -> str:
+    """A hint marked with N_ above, in the language of the messages, its values filled in."""
+    return translate(message).format(max_norm=MAX_NORM)
+
+
+NO_PROCESS_GROUP = N_(
     "the check runs in one process, with no process group: call the all_reduce it passes "
     "in, all_reduce(count), not torch.distributed.all_reduce."
 )
-NEVER_SYNCED = (
+NEVER_SYNCED = N_(
     "no backward of the window synchronized: with every micro-batch under model.no_sync(), "
     "DDP never averages the gradients over the ranks, so each rank steps on its own. Leave "
     "the last micro-batch's forward and backward outside no_sync() (or use no no_sync())."
 )
-BYPASSED_DDP = (
+BYPASSED_DDP = N_(
     "the forward passes went around the DDP model (model.module(...)?): its backward then "
     "never synchronizes. Call model(tokens), the model the check passes in."
 )
-PER_TENSOR_CLIP = (
-    f"clip_grad_norm_ was called on parameters one at a time: that clips each to norm "
-    f"{MAX_NORM:g}, not the window's whole gradient. Clip them together, "
-    f"nn.utils.clip_grad_norm_(model.parameters(), {MAX_NORM:g})."
+PER_TENSOR_CLIP = N_(
+    "clip_grad_norm_ was called on parameters one at a time: that clips each to norm "
+    "{max_norm:g}, not the window's whole gradient. Clip them together, "
+    "nn.utils.clip_grad_norm_(model.parameters(), {max_norm:g})."
 )
 
 
@@ -340,9 +363,9 @@ def _run_window(function, world: int) -> tuple[torch.Tensor, dict]:
             if isinstance(error.error, CheckStop):
                 raise CheckStop(error.error.hint) from None
             if "process group" in str(error.error):
-                raise LearnerCodeError(error.error, NO_PROCESS_GROUP) from None
+                raise LearnerCodeError(error.error, translate(NO_PROCESS_GROUP)) from None
             raise
-        for problem in (READ_TWICE if loader.read_twice else None, all_reduce.problem):
+        for problem in (translate(READ_TWICE) if loader.read_twice else None, all_reduce.problem):
             if problem:  # raised in the learner's code, and caught there
                 raise CheckStop(problem)
         report["watched"] = report["watched"] and watched
@@ -361,37 +384,37 @@ def _check_all_reduce(report: dict, counts: list[dict], k: int) -> str | None:
     count, after the window's forward passes; None if it was."""
     calls = report["all_reduce"]
     if any(not window for window in calls):
-        return (
+        return _(
             "all_reduce was never called: the count must be the window's over all ranks, "
             "all_reduce(count) (it sums in place) before scaling."
         )
     if any(len(window) > 1 for window in calls):
-        return (
-            f"all_reduce ran {max(len(window) for window in calls)} times in one window: it "
+        return _(
+            "all_reduce ran {times} times in one window: it "
             "sums in place, so each call adds the other ranks' counts again. Call "
             "all_reduce(count) once per window, after counting its micro-batches."
-        )
+        ).format(times=max(len(window) for window in calls))
     for window, count in zip(calls, counts, strict=True):
         call = window[0]
         if call["forwards"] < k:
-            return (
-                f"all_reduce ran before the window's last backward (after {call['forwards']} "
-                f"of its {k} forward passes): scaling after accumulating needs no count until "
+            return _(
+                "all_reduce ran before the window's last backward (after {forwards} "
+                "of its {k} forward passes): scaling after accumulating needs no count until "
                 "the end. Backward each micro-batch's token-loss sum while counting its "
                 "tokens, then all_reduce the count, then scale."
-            )
+            ).format(forwards=call["forwards"], k=k)
         if near(call["value"], count["padded"], 1e-6) and count["padded"] != count["local"]:
-            return (
-                f"the count all-reduced was {call['value']:g}, every target position padding "
-                f"included (t.numel()), but only {count['local']} are tokens: count "
+            return _(
+                "the count all-reduced was {value:g}, every target position padding "
+                "included (t.numel()), but only {local} are tokens: count "
                 "(targets != -100).sum(), the positions the loss does not ignore."
-            )
+            ).format(value=call["value"], local=count["local"])
         if not near(call["value"], count["local"], 1e-6):
-            return (
-                f"all_reduce got a count of {call['value']:g}, but this rank's window holds "
-                f"{count['local']} tokens: add (targets != -100).sum() for every micro-batch, "
+            return _(
+                "all_reduce got a count of {value:g}, but this rank's window holds "
+                "{local} tokens: add (targets != -100).sum() for every micro-batch, "
                 "then all_reduce the whole count."
-            )
+            ).format(value=call["value"], local=count["local"])
     return None
 
 
@@ -400,50 +423,57 @@ def _diagnose_by_norm(world: int, report: dict, counts: list[dict], k: int) -> s
     (clipping makes every too large gradient the same, so the weights cannot tell)."""
     if not report["watched"]:
         return None
-    _, true_norms = _reference(world)
+    true_norms = _reference(world)[1]
     n_params = len(list(make_token_model().parameters()))
     for clips, step_norm, true, count in zip(
         report["clips"], report["step_norms"], true_norms, counts, strict=True
     ):
         if not clips:
-            return WINDOW_VARIANTS["no clip"]
+            return _hint(WINDOW_VARIANTS["no clip"])
         if any(clip["tensors"] < n_params for clip in clips):
-            return PER_TENSOR_CLIP
+            return _hint(PER_TENSOR_CLIP)
         last = clips[-1]
         if not near(last["max_norm"], MAX_NORM, 1e-6):
-            return (
-                f"the gradient was clipped to {last['max_norm']:g}, not to {MAX_NORM:g}: "
-                f"nn.utils.clip_grad_norm_(model.parameters(), {MAX_NORM:g})."
-            )
+            return _(
+                "the gradient was clipped to {clipped:g}, not to {max_norm:g}: "
+                "nn.utils.clip_grad_norm_(model.parameters(), {max_norm:g})."
+            ).format(clipped=last["max_norm"], max_norm=MAX_NORM)
         left = last["norm"] * min(1.0, last["max_norm"] / (last["norm"] + 1e-6))
         if step_norm is not None and not near(step_norm, left, 1e-4):
-            return WINDOW_VARIANTS["clip before scaling"]
+            return _hint(WINDOW_VARIANTS["clip before scaling"])
         ratio = last["norm"] / true
         if near(ratio, 1.0, 1e-4):
             continue
         n, g, local = count["global"] / world, count["global"], count["local"]
         named = {
-            n: f"the gradient clipping saw was {ratio:.3g} times too large, count / "
-            f"world_size = {g} / {world}: it was not scaled. Multiply the gradients by "
-            "world_size / count before clipping.",
-            n * n: f"the gradient clipping saw was {ratio:.3g} times too large, (count / "
-            f"world_size)² with count = {g}: the factor is inverted. Multiply by "
-            "world_size / count, not count / world_size.",
-            n / k: f"the gradient clipping saw was {ratio:.3g} times too large, count / "
-            f"(world_size * k) with count = {g}: {WINDOW_VARIANTS['divided by k']}",
-            g / local: f"the gradient clipping saw was {ratio:.3g} times too large, the "
-            f"window's count over this rank's ({g} / {local}): " + WINDOW_VARIANTS["local count"],
+            n: _(
+                "the gradient clipping saw was {ratio:.3g} times too large, count / "
+                "world_size = {g} / {world}: it was not scaled. Multiply the gradients by "
+                "world_size / count before clipping."
+            ).format(ratio=ratio, g=g, world=world),
+            n * n: _(
+                "the gradient clipping saw was {ratio:.3g} times too large, (count / "
+                "world_size)² with count = {g}: the factor is inverted. Multiply by "
+                "world_size / count, not count / world_size."
+            ).format(ratio=ratio, g=g),
+            n / k: _(
+                "the gradient clipping saw was {ratio:.3g} times too large, count / "
+                "(world_size * k) with count = {g}: {hint}"
+            ).format(ratio=ratio, g=g, hint=_hint(WINDOW_VARIANTS["divided by k"])),
+            g / local: _(
+                "the gradient clipping saw was {ratio:.3g} times too large, the "
+                "window's count over this rank's ({g} / {local}): {hint}"
+            ).format(ratio=ratio, g=g, local=local, hint=_hint(WINDOW_VARIANTS["local count"])),
         }
         if world > 1:
-            named[world] = (
-                f"the gradient clipping saw was {world} (world_size) times too large: DDP "
+            named[world] = _(
+                "the gradient clipping saw was {world} (world_size) times too large: DDP "
                 "averages the ranks' gradients, so multiply by world_size once: "
                 "world_size / count."
-            )
-            named[1 / world] = (
-                f"the gradient clipping saw was {world} (world_size) times too small: "
-                + WINDOW_VARIANTS["no world factor"]
-            )
+            ).format(world=world)
+            named[1 / world] = _(
+                "the gradient clipping saw was {world} (world_size) times too small: {hint}"
+            ).format(world=world, hint=_hint(WINDOW_VARIANTS["no world factor"]))
         for value, hint in named.items():
             if near(ratio, value):
                 return hint
@@ -466,16 +496,20 @@ def check_scale_after_window(scale_after_window) -> CheckResult:
             return wrong(stop.hint)
         if any(n != k for n in report["backwards"]):
             return wrong(
-                f"the window ran {report['backwards']} backward passes for windows of {k} "
-                "micro-batches: backward each micro-batch's token-loss sum once."
+                _(
+                    "the window ran {backwards} backward passes for windows of {k} "
+                    "micro-batches: backward each micro-batch's token-loss sum once."
+                ).format(backwards=report["backwards"], k=k)
             )
         if any(n != 1 for n in report["steps"]):
             return wrong(
-                f"optimizer.step() ran {report['steps']} times per window: step once, after "
-                "scaling and clipping."
+                _(
+                    "optimizer.step() ran {steps} times per window: step once, after "
+                    "scaling and clipping."
+                ).format(steps=report["steps"])
             )
         if any(f < b for f, b in zip(report["forwards"], report["backwards"], strict=True)):
-            return wrong(f"as rank 0 of {world}: {BYPASSED_DDP}")
+            return wrong(_as_rank(world, translate(BYPASSED_DDP)))
         counts = _counts(world)
         hint = _check_all_reduce(report, counts, k)
         if hint:
@@ -484,25 +518,32 @@ def check_scale_after_window(scale_after_window) -> CheckResult:
             synced = report["synced"]
             continue
         if world > 1 and not any(report["synced"]):
-            return wrong(f"as rank 0 of {world}: {NEVER_SYNCED}")
+            return wrong(_as_rank(world, translate(NEVER_SYNCED)))
         hint = _diagnose_by_norm(world, report, counts, k)
         if hint:
-            return wrong(f"as rank 0 of {world}: {hint}")
+            return wrong(_as_rank(world, hint))
         for variant, hint in WINDOW_VARIANTS.items():
             if close(weights, _reference(world, variant)[0]):
-                return wrong(f"as rank 0 of {world}: {hint}")
+                return wrong(_as_rank(world, _hint(hint)))
         return wrong(
-            f"as rank 0 of {world}, the weights after two windows differ from one process "
-            "on all ranks' micro-batches: backward each token-loss sum, all_reduce the "
-            f"count, multiply the gradients by world_size / count, clip to {MAX_NORM:g}, step."
+            _(
+                "as rank 0 of {world}, the weights after two windows differ from one process "
+                "on all ranks' micro-batches: backward each token-loss sum, all_reduce the "
+                "count, multiply the gradients by world_size / count, clip to {max_norm:g}, "
+                "step."
+            ).format(world=world, max_norm=MAX_NORM)
         )
-    note = ""
+    message = _(
+        "the same weights as one process, on 1 rank and on 2 with uneven token counts: sums "
+        "backwarded, the count all-reduced at the end, the gradients scaled once."
+    )
     if all(n == 1 for n in synced):
-        note = (
+        message += _(
             " (With no_sync() on all but the last micro-batch, your window all-reduced the "
             "gradients once: the same gradient, fewer all-reduces.)"
         )
-    return correct(
-        "the same weights as one process, on 1 rank and on 2 with uneven token counts: sums "
-        "backwarded, the count all-reduced at the end, the gradients scaled once." + note
-    )
+    return correct(message)
+
+
+def _as_rank(world: int, hint: str) -> str:
+    return _("as rank 0 of {world}: {hint}").format(world=world, hint=hint)

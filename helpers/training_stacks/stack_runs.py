@@ -12,6 +12,7 @@ from pathlib import Path
 from helpers.arguments import positive_int
 from helpers.processes.launcher import process_alive
 from helpers.processes.run_ranks import launch
+from helpers.translation import _
 
 
 def _stacks_run(programs: list[str], args: list[str], nproc: int, timeout: float) -> dict:
@@ -52,34 +53,50 @@ def _stacks_run(programs: list[str], args: list[str], nproc: int, timeout: float
 def _check_uneven(micro_batches, collective_timeout, timeout: float) -> list[int]:
     if isinstance(micro_batches, (str, bytes)) or not hasattr(micro_batches, "__iter__"):
         raise TypeError(
-            f"micro_batches must be a list of counts, one per rank, got {micro_batches!r}"
+            _("micro_batches must be a list of counts, one per rank, got {micro_batches!r}").format(
+                micro_batches=micro_batches
+            )
         )
     counts = list(micro_batches)
     for rank, count in enumerate(counts):
         if isinstance(count, bool) or not isinstance(count, int):
-            raise TypeError(f"micro_batches[{rank}] must be a whole number, got {count!r}")
+            raise TypeError(
+                _("micro_batches[{rank}] must be a whole number, got {count!r}").format(
+                    rank=rank, count=count
+                )
+            )
         if count < 1:
             raise ValueError(
-                f"rank {rank} has {count} micro-batches: give every rank at least 1 "
-                "(a rank with none has no data to train on)"
+                _(
+                    "rank {rank} has {count} micro-batches: give every rank at least 1 (a "
+                    "rank with none has no data to train on)"
+                ).format(rank=rank, count=count)
             )
     if len(counts) < 2:
         raise ValueError(
-            f"micro_batches must give a count for each of at least 2 ranks, got {counts}"
+            _("micro_batches must give a count for each of at least 2 ranks, got {counts}").format(
+                counts=counts
+            )
         )
     if len(set(counts)) == 1:
         raise ValueError(
-            f"micro_batches are all {counts[0]}: make them differ (e.g. (3, 2)), equal counts "
-            "run without waiting"
+            _(
+                "micro_batches are all {counts}: make them differ (e.g. (3, 2)), equal "
+                "counts run without waiting"
+            ).format(counts=counts[0])
         )
     if isinstance(collective_timeout, bool) or not isinstance(collective_timeout, (int, float)):
         raise TypeError(
-            f"collective_timeout must be a number of seconds, got {collective_timeout!r}"
+            _("collective_timeout must be a number of seconds, got {collective_timeout!r}").format(
+                collective_timeout=collective_timeout
+            )
         )
     if not 0 < collective_timeout <= timeout / 4:
         raise ValueError(
-            f"collective_timeout must be above 0 and at most a quarter of timeout "
-            f"({timeout:g} s), got {collective_timeout!r}"
+            _(
+                "collective_timeout must be above 0 and at most a quarter of timeout "
+                "({timeout:g} s), got {collective_timeout!r}"
+            ).format(timeout=timeout, collective_timeout=collective_timeout)
         )
     return counts
 
@@ -88,8 +105,10 @@ def _check_k(k, name: str = "k") -> int:
     positive_int(k, name)
     if k < 2:
         raise ValueError(
-            f"{name} must be at least 2 (no_sync() on all but the last; the other ranks get "
-            f"{name} - 1 micro-batches), got {k}"
+            _(
+                "{name} must be at least 2 (no_sync() on all but the last; the other "
+                "ranks get {name} - 1 micro-batches), got {k}"
+            ).format(name=name, k=k)
         )
     return k
 
@@ -98,7 +117,9 @@ def _check_nproc(nproc) -> int:
     positive_int(nproc, "nproc")
     if nproc < 2:
         raise ValueError(
-            f"nproc must be at least 2 (the cases compare ranks with one another), got {nproc}"
+            _(
+                "nproc must be at least 2 (the cases compare ranks with one another), got {nproc}"
+            ).format(nproc=nproc)
         )
     return nproc
 
@@ -165,7 +186,9 @@ def run_training_stacks(
         (with_uneven_stop, "with_uneven_stop"),
     ):
         if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
+            raise TypeError(
+                _("{name} must be True or False, got {flag!r}").format(name=name, flag=flag)
+            )
     programs = ["stacks"] + ["static_graph"] * with_static_graph + ["uneven"] * with_uneven_stop
     counts = [k] + [k - 1] * (nproc - 1)
     args = [f"--k={k}", f"--micro-batch={micro_batch}", f"--iterations={k}"]

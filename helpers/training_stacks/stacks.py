@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from helpers.data import make_padded_tokens
 from helpers.models import TokenModel
+from helpers.translation import _
 
 PAD = -100
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -38,13 +39,15 @@ def make_rank_windows(
     """One window of ``k`` micro-batches per rank, of padded sequences of random lengths and
     of 1 to 3 sequences each, so the ranks count different numbers of tokens."""
     if world < 1 or k < 1:
-        raise ValueError(f"world and k must be at least 1, got world={world}, k={k}")
+        raise ValueError(
+            _("world and k must be at least 1, got world={world}, k={k}").format(world=world, k=k)
+        )
     windows = []
     for rank in range(world):
         window = []
         for j in range(k):
             n = 1 + (rank + 2 * j) % 3
-            tokens, targets, _ = make_padded_tokens(n, max_length, seed=seed + 10 * rank + j)
+            tokens, targets, _lengths = make_padded_tokens(n, max_length, seed=seed + 10 * rank + j)
             window.append((tokens, targets))
         windows.append(window)
     return windows
@@ -53,7 +56,7 @@ def make_rank_windows(
 def _check_rank_windows(rank_windows) -> list:
     """The ranks' windows, each left as it is (a list, or a loader that is read once)."""
     if not isinstance(rank_windows, Sequence) or not rank_windows:
-        raise TypeError("rank_windows must be a list with one list of micro-batches per rank")
+        raise TypeError(_("rank_windows must be a list with one list of micro-batches per rank"))
     return list(rank_windows)
 
 
@@ -108,7 +111,7 @@ def one_process_gradients(model: nn.Module, rank_windows) -> list[torch.Tensor]:
     losses divided by all their tokens."""
     batches = [batch for window in _check_rank_windows(rank_windows) for batch in window]
     if not batches:
-        raise ValueError("the windows hold no micro-batch")
+        raise ValueError(_("the windows hold no micro-batch"))
     tokens = sum(token_count(targets) for _, targets in batches)
     loss = sum(token_loss_sum(model, inputs, targets) for inputs, targets in batches) / tokens
     return list(torch.autograd.grad(loss, list(model.parameters())))
@@ -117,7 +120,7 @@ def one_process_gradients(model: nn.Module, rank_windows) -> list[torch.Tensor]:
 def max_difference(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
     """The largest absolute difference between two lists of tensors of the same shapes."""
     if len(a) != len(b):
-        raise ValueError(f"{len(a)} tensors against {len(b)}")
+        raise ValueError(_("{n_a} tensors against {n_b}").format(n_a=len(a), n_b=len(b)))
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 

@@ -26,6 +26,7 @@ from helpers.training_stacks.token_ranks import (
     single_process_grads,
     worst_over_ranks,
 )
+from helpers.translation import _
 
 
 def uneven_windows(counts: list[int], micro_batch: int, max_length: int, seed: int = 1):
@@ -228,8 +229,12 @@ def uneven(args, rank: int, world: int) -> dict:
     without the traceback, and exit code 1)."""
     counts = [int(c) for c in args.micro_batches.split(",")]
     if len(counts) != world:
-        raise ValueError(f"--micro-batches gives {len(counts)} counts for {world} ranks")
-    _, windows = uneven_windows(counts, args.micro_batch, 12)
+        raise ValueError(
+            _("--micro-batches gives {n_counts} counts for {world} ranks").format(
+                n_counts=len(counts), world=world
+            )
+        )
+    _sizes, windows = uneven_windows(counts, args.micro_batch, 12)
     with open(f"{os.path.dirname(args.out)}/rank{rank}.pid", "w", encoding="utf-8") as file:
         file.write(str(os.getpid()))  # for the caller to check that no rank is left behind
     short = dist.new_group(timeout=datetime.timedelta(seconds=args.collective_timeout))

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 from helpers.arguments import positive_int
+from helpers.report import pad, width
+from helpers.translation import _
 
 OPTIMIZERS: dict[str, Callable[[list], torch.optim.Optimizer]] = {
     "SGD": lambda params: torch.optim.SGD(params, lr=0.1),
@@ -25,7 +27,11 @@ GRAD_MODES = ("None", "zeros")
 
 def make_optimizer(name: str, params) -> torch.optim.Optimizer:
     if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}: use one of {', '.join(OPTIMIZERS)}")
+        raise ValueError(
+            _("unknown optimizer {name!r}: use one of {names}").format(
+                name=name, names=", ".join(OPTIMIZERS)
+            )
+        )
     return OPTIMIZERS[name](params)
 
 
@@ -59,7 +65,11 @@ def second_step(optimizer_name: str, second_grad: str) -> SecondStep:
     """Start a one-element parameter at 1.0, take a step with the gradient of ``0.5 * p``
     (0.5), then set ``.grad`` to None or to zeros and step again."""
     if second_grad not in GRAD_MODES:
-        raise ValueError(f"second_grad must be 'None' or 'zeros', got {second_grad!r}")
+        raise ValueError(
+            _("second_grad must be 'None' or 'zeros', got {second_grad!r}").format(
+                second_grad=second_grad
+            )
+        )
     param = nn.Parameter(torch.tensor([1.0]))
     optimizer = make_optimizer(optimizer_name, [param])
     (0.5 * param).sum().backward()
@@ -76,16 +86,32 @@ def second_step(optimizer_name: str, second_grad: str) -> SecondStep:
 
 def format_second_steps(rows: list[SecondStep]) -> str:
     """The rows as an aligned text table."""
-    lines = [
-        f"{'optimizer':<23} {'2nd grad':<8} {'p after 1':>9} {'p after 2':>9} {'moved':>5}"
-        f" {'state step':>10} {'buffer':>8}"
+    # (header, the column's least width, its alignment): a translated header may widen it
+    columns = [
+        (_("optimizer"), 23, "<"),
+        (_("2nd grad"), 8, "<"),
+        (_("p after 1"), 9, ">"),
+        (_("p after 2"), 9, ">"),
+        (_("moved"), 5, ">"),
+        (_("state step"), 10, ">"),
+        (_("buffer"), 8, ">"),
     ]
+    widths = [max(least, width(header)) for header, least, _align in columns]
+    lines = [" ".join(pad(h, w, a) for (h, _least, a), w in zip(columns, widths, strict=True))]
     for row in rows:
-        step = "-" if row.state_step is None else str(row.state_step)
-        buffer = "-" if row.buffer is None else f"{row.buffer:.4f}"
+        cells = (
+            row.optimizer,
+            row.second_grad,
+            f"{row.after_first:.4f}",
+            f"{row.after_second:.4f}",
+            _("yes") if row.moved else _("no"),
+            "-" if row.state_step is None else str(row.state_step),
+            "-" if row.buffer is None else f"{row.buffer:.4f}",
+        )
         lines.append(
-            f"{row.optimizer:<23} {row.second_grad:<8} {row.after_first:>9.4f}"
-            f" {row.after_second:>9.4f} {'yes' if row.moved else 'no':>5} {step:>10} {buffer:>8}"
+            " ".join(
+                pad(c, w, a) for c, (_h, _least, a), w in zip(cells, columns, widths, strict=True)
+            )
         )
     return "\n".join(lines)
 
@@ -116,7 +142,7 @@ def frozen_layer_drift(
     positive_int(warmup_steps, "warmup_steps")
     positive_int(frozen_steps, "frozen_steps")
     if not any(layer is module for module in model.modules()):
-        raise ValueError("layer must be one of model's submodules")
+        raise ValueError(_("layer must be one of model's submodules"))
     layer_index = next(i for i, module in enumerate(model.modules()) if module is layer)
     drift = {}
     for method in FREEZE_METHODS:
@@ -162,7 +188,11 @@ def train_with_zero_grad_at(
     """Train a copy of ``model`` with SGD (momentum 0.9), calling ``optimizer.zero_grad`` at
     ``placement`` in every iteration; return its weights after ``steps`` steps (flattened)."""
     if placement not in PLACEMENTS:
-        raise ValueError(f"unknown placement {placement!r}: use one of {', '.join(PLACEMENTS)}")
+        raise ValueError(
+            _("unknown placement {placement!r}: use one of {names}").format(
+                placement=placement, names=", ".join(PLACEMENTS)
+            )
+        )
     positive_int(steps, "steps")
     trained = copy.deepcopy(model)
     optimizer = torch.optim.SGD(trained.parameters(), lr=lr, momentum=momentum)

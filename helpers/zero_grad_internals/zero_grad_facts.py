@@ -10,12 +10,16 @@ import inspect
 import torch
 from torch import nn
 
+from helpers.translation import _
+
 
 def default_set_to_none(method) -> bool:
     """The default of ``set_to_none`` in ``method``'s signature."""
     parameter = inspect.signature(method).parameters.get("set_to_none")
     if parameter is None:
-        raise ValueError(f"{method.__qualname__} has no set_to_none parameter")
+        raise ValueError(
+            _("{qualname} has no set_to_none parameter").format(qualname=method.__qualname__)
+        )
     return parameter.default
 
 
@@ -46,7 +50,7 @@ def zeroing_keeps_the_tensor(via: str = "optimizer") -> dict[str, bool]:
     """With ``set_to_none=False`` (through an optimizer or a module): is the same grad tensor
     kept and filled with zeros, and is a grad that had a ``grad_fn`` detached?"""
     if via not in ("optimizer", "module"):
-        raise ValueError(f"via must be 'optimizer' or 'module', got {via!r}")
+        raise ValueError(_("via must be 'optimizer' or 'module', got {via!r}").format(via=via))
     param = nn.Parameter(torch.tensor([2.0]))
     # what backward(create_graph=True) leaves in .grad: 3 p^2 with a grad_fn (made here with
     # autograd.grad, which avoids the reference cycle backward(create_graph=True) warns about)

@@ -6,6 +6,7 @@ path (``check_capstone``, one launch per answer) is run for a correct answer, an
 one rank and a hang. Also exercise 09.2's checker, and the exercise text's list of the names
 the learner's function may use."""
 
+import functools
 import importlib.util
 import itertools
 import re
@@ -17,11 +18,12 @@ import pytest
 import torch
 
 from helpers import learner_code
-from helpers.capstone import capstone_run
+from helpers.capstone import capstone_run, checkers_09
 from helpers.capstone.checkers_09 import check_capstone, check_gradient_allreduces, judge_capstones
 from helpers.processes import run_ranks
 from helpers.processes.launcher import STACKS_ON_STOP
 from helpers.spies import ClipSpy
+from tests.conftest import chinese_differences
 
 HEADER = """\
 import contextlib
@@ -358,6 +360,11 @@ def unfinished(model, optimizer, scheduler, scaler, micro_batches, accumulation_
     ...
 
 
+# The reference runs (about 0.5 s each), made once: a batch's verdicts and their Chinese
+# rerun compare each answer with the same ones.
+REFERENCE_RUNS = functools.cache(capstone_run.reference_run)
+
+
 class Launches:
     """Inside a ``with`` block: the launches of 2 processes (``helpers.processes.run_ranks.launch``)
     and the outcomes of each ``run_capstones``, with strict checks off (a batch judges wrong
@@ -378,6 +385,7 @@ class Launches:
 
         self.patch.setattr(run_ranks, "launch", counted_launch)
         self.patch.setattr(capstone_run, "run_capstones", recorded_run)
+        self.patch.setattr(capstone_run, "reference_run", REFERENCE_RUNS)
         self.patch.delenv("GM_STRICT_CHECKS", raising=False)
         return self
 
@@ -442,6 +450,27 @@ def test_each_mistake_is_named(judged, mistake):
     result = judged.verdicts[mistake]
     assert not result.passed and hint in result.message, result.message
     assert "Traceback" not in result.message
+
+
+def test_every_verdict_of_the_batch_reads_in_chinese(judged, monkeypatch):
+    """check_capstone's calls take too long for the suite's Chinese rerun of every checker
+    call (tests/conftest.py): each run's results of the batch are judged again with
+    GM_LANG=zh_CN, without launching anything. The verdict is the same, its message Chinese,
+    and it names the same code, identifiers and numbers (a mistake's hint, a rank's error)."""
+    monkeypatch.delenv("GM_STRICT_CHECKS", raising=False)
+    monkeypatch.setenv("GM_LANG", "zh_CN")
+    monkeypatch.setattr(capstone_run, "reference_run", REFERENCE_RUNS)
+    run = [name for name in BATCH if name not in ("unanswered", "unfinished")]
+    problems = []
+    for name, outcome in zip(run, judged.outcomes, strict=True):
+        if isinstance(outcome, capstone_run.CapstoneRunError):
+            chinese = checkers_09.wrong(checkers_09._capstone_error_hint(outcome, timeout=60))
+        else:
+            chinese = checkers_09._judge_capstone(outcome)
+        english = judged.verdicts[name]
+        for problem in chinese_differences(english, chinese):
+            problems.append(f"{name}: {problem}\n  zh: {chinese.message}")
+    assert not problems, "\n".join(problems)
 
 
 def test_an_exception_in_one_rank_alone_gets_the_batchs_verdict(folder, judged):

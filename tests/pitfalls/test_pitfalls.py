@@ -201,13 +201,14 @@ def test_notebook_05_needs_no_auditor():
 
 def test_helpers_pitfalls_imports_no_auditor():
     """Notebook 05 imports helpers.pitfalls.buggy_loops and helpers.loop_runs: the auditor
-    loads only when a run uses it."""
+    loads only when a run uses it. (The helpers' messages load the loop auditor's language
+    module, loop_auditor.language, which imports no torch and nothing of the auditor.)"""
     import subprocess
     import sys
 
     code = (
         "import sys, helpers.pitfalls.buggy_loops, helpers.loop_runs;"
-        " print('loop_auditor' in sys.modules)"
+        " print(sorted(m for m in sys.modules if m.startswith('loop_auditor')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() in ("[]", "['loop_auditor', 'loop_auditor.language']")

@@ -1,0 +1,81 @@
+"""What the helpers print for the learner, in the Chinese edition (GM_LANG=zh_CN): the
+claims' own words around the notebook's claim, notebook 00's environment report, the setup
+cell's stop, the table of notebook 02 (still aligned) and report.below. Numbers, commands and
+code stay as they are; English is the default and unchanged (the other tests)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.claims import check
+from helpers.report import below, pad, width
+from helpers.setup_check.environment import CheckLine, torch_line
+from helpers.versions import why_it_cannot_run
+from helpers.zero_grad_internals.optimizer_steps import SecondStep, format_second_steps
+from tests.conftest import CJK, named
+
+
+@pytest.fixture
+def chinese(monkeypatch):
+    monkeypatch.setenv("GM_LANG", "zh_CN")
+
+
+def in_both(monkeypatch, make):
+    """``make()`` in English, then in Chinese."""
+    monkeypatch.delenv("GM_LANG", raising=False)
+    english = make()
+    monkeypatch.setenv("GM_LANG", "zh_CN")
+    return english, make()
+
+
+def test_a_claim_keeps_its_words_and_the_check_speaks_chinese(chinese, capsys):
+    check("w.grad after two backward() calls", torch.tensor(4.0), 4.0)
+    check("accumulated = full batch", 1.0, 1.0 + 1e-9, atol=1e-6)
+    assert capsys.readouterr().out.splitlines() == [
+        "✓ w.grad after two backward() calls == 4.0",
+        "✓ accumulated = full batch（最大差异 < 1e-6）",
+    ]
+    with pytest.raises(AssertionError, match=r"✗ w\.grad：得到 3\.0，应为 4\.0"):
+        check("w.grad", torch.tensor(3.0), 4.0)
+    with pytest.raises(AssertionError, match="✗ w is a leaf：不成立"):
+        check("w is a leaf", False)
+
+
+def test_the_environment_report_and_the_setup_stop_name_the_same_versions(monkeypatch):
+    def report():
+        return [
+            str(torch_line("2.4.0")),
+            str(torch_line(None)),
+            str(CheckLine("ipywidgets", None, "FAIL", "python -m pip install -U ipywidgets")),
+            why_it_cannot_run("08_training_stacks", torch="2.6.0"),
+            why_it_cannot_run("03_gradient_accumulation", python="3.10.12", torch="2.13.0"),
+            below(3e-5, 1e-6),
+        ]
+
+    for english, chinese in zip(*in_both(monkeypatch, report), strict=True):
+        assert CJK.search(chinese), chinese
+        assert named(english) <= named(chinese), (english, chinese)
+        assert english.split()[0] in chinese  # the [WARN]/[FAIL] tag, or the notebook
+
+
+def test_the_table_of_second_steps_stays_aligned_in_chinese(monkeypatch):
+    rows = [
+        SecondStep("SGD", "None", 0.95, 0.95, None, None),
+        SecondStep("Adam", "zeros", 0.9, 0.8141, 2, 0.045),
+    ]
+    english, chinese = in_both(monkeypatch, lambda: format_second_steps(rows))
+    assert CJK.search(chinese.splitlines()[0]) and "是" in chinese
+    for table in (english, chinese):  # every line as wide as the header, on screen
+        assert len({width(line) for line in table.splitlines()}) == 1, table
+    assert [line.split()[-2:] for line in english.splitlines()[1:]] == [
+        line.split()[-2:] for line in chinese.splitlines()[1:]
+    ]
+
+
+def test_pad_counts_a_chinese_character_as_two_columns():
+    assert pad("ab", 4) == "ab  " and pad("ab", 4, ">") == "  ab"
+    assert pad("优化", 6) == "优化  " and width("优化器") == 6
+    assert pad("toolong", 3) == "toolong"
+    with pytest.raises(ValueError, match="align must be '<' or '>'"):
+        pad("a", 3, "^")
