@@ -1,6 +1,7 @@
 """The course site (tools/build_site.py), read as files: every page and link is there, nothing is
 loaded from the network, the notebooks' launch links and folded setup cells, the bundled KaTeX
-and lunr.js, and the search index. tests/tools/test_site_browser.py opens the same site in Chromium.
+and lunr.js, the search index (English and Chinese), and the Chinese edition's pages with their
+language switch. tests/tools/test_site_browser.py opens the same site in Chromium.
 
 The build fetches KaTeX and lunr.js with npm once (into build/site-assets/); where npm or the
 registry cannot be reached these tests are skipped, unless $GM_CI is set, as CI sets it.
@@ -22,10 +23,12 @@ import pytest
 import site_assets
 import site_search
 import sync_notebooks
+import translate_notebooks
 from bs4 import BeautifulSoup
-from course import cells_tagged, launch_links, notebook_paths, read
+from course import cells_tagged, chinese_notebook_paths, launch_links, notebook_paths, read, title
 
 NOTEBOOKS = notebook_paths()
+CHINESE_NOTEBOOKS = chinese_notebook_paths()
 MARKDOWN_PAGES = (
     "index.html",
     "instructor-guide.html",
@@ -59,11 +62,22 @@ def soup(site: Path, page: str) -> BeautifulSoup:
 
 
 def pages(site: Path) -> list[str]:
-    return sorted(p.name for p in site.glob("*.html"))
+    """Every page, as its path from the site's root: ``index.html``, ``zh-CN/03_x.html``."""
+    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+
+
+def resolve(page: str, href: str) -> str:
+    """The page (from the site's root) that ``href`` on ``page`` points to, without anchor."""
+    target = href.partition("#")[0]
+    return os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
 
 
 def test_the_site_has_every_page(site):
-    assert {f"{p.stem}.html" for p in NOTEBOOKS} | set(MARKDOWN_PAGES) == set(pages(site))
+    chinese = {f"zh-CN/{p.stem}.html" for p in CHINESE_NOTEBOOKS} | {"zh-CN/index.html"}
+    chinese |= {f"zh-CN/{page}" for page in build_site.chinese_documents().values()}
+    assert len(CHINESE_NOTEBOOKS) == len(NOTEBOOKS)
+    english = {f"{p.stem}.html" for p in NOTEBOOKS} | set(MARKDOWN_PAGES)
+    assert english | chinese == set(pages(site))
     page = (site / "06_loop_auditor.html").read_text(encoding="utf-8")
     assert 'href="05_pitfalls.html"' in page and 'href="07_accumulation_at_scale.html"' in page
     assert "No findings (" in page, "outputs included"
@@ -78,8 +92,8 @@ def test_every_local_link_reaches_a_file_and_its_anchor(site):
             href = link["href"]
             if re.match(r"[a-z]+:", href):
                 continue
-            target, _, anchor = href.partition("#")
-            target = target or page
+            anchor = href.partition("#")[2]
+            target = resolve(page, href)
             assert (site / target).is_file(), f"{page} links to {href}, which is not in the site"
             if link.has_attr("download"):
                 assert target.endswith(".ipynb")
@@ -142,21 +156,113 @@ def test_without_npm_the_build_says_what_to_install(tmp_path, monkeypatch):
         site_assets.fetch(site_assets.KATEX, cache=tmp_path)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "path",
+    NOTEBOOKS + CHINESE_NOTEBOOKS,
+    ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + CHINESE_NOTEBOOKS],
+)
 def test_each_notebook_page_launches_the_notebook_and_folds_its_setup_cell(site, path):
-    tree = soup(site, f"{path.stem}.html")
+    chinese = path in CHINESE_NOTEBOOKS
+    page = f"zh-CN/{path.stem}.html" if chinese else f"{path.stem}.html"
+    tree = soup(site, page)
     [bar] = tree.select(".course-launch")
     links = {a.get_text(): a["href"] for a in bar.find_all("a")}
-    assert links == {**launch_links(path.name), "Download .ipynb": path.name}
+    folder = translate_notebooks.FOLDER if chinese else "notebooks"
+    launch = launch_links(path.name, folder=folder)
+    if chinese:  # the names the Chinese notebook's own link cell gives them
+        launch = {translate_notebooks.LINK_NAMES[name]: url for name, url in launch.items()}
+    download = "下载 .ipynb" if chinese else "Download .ipynb"
+    assert links == {**launch, download: path.name}
     badges = read(path).cells[cells_tagged(read(path), sync_notebooks.BADGES_TAG)[0]].source
-    for href in launch_links(path.name).values():
+    for href in launch.values():
         assert f"({href})" in badges, "the page and the notebook's links come from one setting"
-    assert (site / path.name).read_bytes() == path.read_bytes()
+    assert (site / page).with_suffix(".ipynb").read_bytes() == path.read_bytes()
     assert not tree.select("img[src^='http']"), "a badge image shows as broken alt text offline"
     [folded] = tree.select("details.course-folded")
-    assert folded.summary.get_text() == sync_notebooks.SETUP_TITLE
+    setup_title = translate_notebooks.SETUP_TITLE if chinese else sync_notebooks.SETUP_TITLE
+    assert folded.summary.get_text() == setup_title
     assert "COURSE_REPO" in folded.get_text(), "the fold holds the setup cell's code"
     assert "open" not in folded.attrs, "folded until asked for"
+    assert tree.html["lang"] == ("zh-CN" if chinese else "en")
+    assert tree.title.get_text() == title(read(path))
+
+
+def test_chinese_pages_have_chinese_navigation(site):
+    tree = soup(site, "zh-CN/03_gradient_accumulation.html")
+    nav = {a.get_text(): a["href"] for a in tree.select("nav.course > a")}
+    assert nav["课程概览"] == "index.html"
+    assert nav["← 02 · 剖析 zero_grad"] == "02_zero_grad_internals.html"
+    assert nav["04 · 多个损失，一次反向传播 →"] == "04_several_losses.html"
+    chinese = set(build_site.chinese_documents().values())
+    for label, page in (("环境配置", "setup.html"), ("讲师指南", "instructor-guide.html"),
+                        ("术语表", "glossary.html")):  # fmt: skip
+        if f"zh-CN/{page}" in chinese:
+            assert nav[label] == page
+        else:  # an English page, and the link says so
+            assert nav[f"{label}（英文）"] == f"../{page}"
+    search = tree.select_one(".course-search input")
+    assert search["placeholder"] == "搜索课程" == search["aria-label"]
+    if not tree.select(".course-widget"):
+        tree = soup(site, "zh-CN/01_autograd_accumulates.html")
+    assert "交互控件" in tree.select_one(".course-widget").get_text()
+    home = soup(site, "zh-CN/index.html")
+    assert home.html["lang"] == "zh-CN"
+    linked = {resolve("zh-CN/index.html", a["href"]) for a in home.select("main a[href]")}
+    assert {f"zh-CN/{p.stem}.html" for p in CHINESE_NOTEBOOKS} <= linked
+
+
+def test_every_page_switches_to_its_counterpart_or_says_it_has_none(site):
+    all_pages = set(pages(site))
+    for page in all_pages:
+        [switch] = soup(site, page).select("nav.course a.course-language")
+        target = resolve(page, switch["href"])
+        other = page.removeprefix("zh-CN/") if page.startswith("zh-CN/") else f"zh-CN/{page}"
+        if other in all_pages:
+            assert target == other, page
+            assert switch["data-counterpart"] == "true"
+            assert switch.get_text() == ("English" if page.startswith("zh-CN/") else "中文")
+        else:  # the other language's home page, and the link says that is where it goes
+            assert target == ("index.html" if page.startswith("zh-CN/") else "zh-CN/index.html")
+            assert switch["data-counterpart"] == "false"
+            assert switch.get_text() in ("English home", "中文版首页"), page
+            assert "本页暂无中文版" in switch["title"] or "no English version" in switch["title"]
+        assert switch["hreflang"] == switch["lang"] == soup(site, target).html["lang"], page
+    for path in NOTEBOOKS:  # every notebook has its Chinese edition: no page goes home instead
+        [switch] = soup(site, f"{path.stem}.html").select("a.course-language")
+        assert switch["href"] == f"zh-CN/{path.stem}.html"
+
+
+def test_chinese_documents_are_found_where_the_conventions_put_them(tmp_path, monkeypatch):
+    assert build_site.chinese_documents(tmp_path) == {}
+    (tmp_path / "workshop" / "zh-CN").mkdir(parents=True)
+    (tmp_path / "README.zh-CN.md").write_text("# 课程\n", encoding="utf-8")
+    (tmp_path / "workshop" / "zh-CN" / "setup.md").write_text("# 环境\n", encoding="utf-8")
+    assert build_site.chinese_documents(tmp_path) == {
+        tmp_path / "README.zh-CN.md": "zh-CN/index.html",
+        tmp_path / "workshop" / "zh-CN" / "setup.md": "zh-CN/setup.html",
+    }
+    # The Chinese notebooks' list of counterparts, where it names one, wins.
+    monkeypatch.setitem(translate_notebooks.COUNTERPARTS, "workshop/glossary.md", "docs/术语表.md")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "术语表.md").write_text("# 术语表\n", encoding="utf-8")
+    assert build_site.chinese_documents(tmp_path)[tmp_path / "docs" / "术语表.md"] == (
+        "zh-CN/glossary.html"
+    )
+    assert build_site.markdown_title("前言\n# 梯度力学 #\n", "x") == "梯度力学"
+
+
+def test_a_chinese_document_gets_the_switch_and_the_chinese_navigation():
+    """With README.zh-CN.md and workshop/zh-CN/setup.md there, the English pages switch to
+    them and the Chinese pages' navigation stays in Chinese (no second build needed)."""
+    pages = {"index.html", "setup.html", "glossary.html", "03_x.html", "zh-CN/03_x.html",
+             "zh-CN/index.html", "zh-CN/setup.html"}  # fmt: skip
+    assert build_site.counterpart("setup.html", pages) == ("zh-CN/setup.html", True)
+    assert build_site.counterpart("glossary.html", pages) == ("zh-CN/index.html", False)
+    assert build_site.counterpart("zh-CN/setup.html", pages) == ("setup.html", True)
+    nav = BeautifulSoup(build_site._nav("zh-CN/setup.html", pages), "html.parser")
+    links = {a.get_text(): a["href"] for a in nav.find_all("a")}
+    assert links["环境配置"] == "setup.html" and links["术语表（英文）"] == "../glossary.html"
+    assert links["English"] == "../setup.html"
 
 
 def test_formulas_reach_the_page_as_tex_for_katex(site):
@@ -168,17 +274,20 @@ def test_formulas_reach_the_page_as_tex_for_katex(site):
     for name in pages(site):
         head = soup(site, name).head
         scripts = [s.get("src") for s in head.find_all("script", src=True)]
+        root = "../" * name.count("/")  # the Chinese pages are in zh-CN/
         assert scripts == [
-            "_static/katex/katex.min.js",
-            "_static/katex/auto-render.min.js",
-            "_static/course.js",
+            f"{root}_static/katex/katex.min.js",
+            f"{root}_static/katex/auto-render.min.js",
+            f"{root}_static/course.js",
         ], name
+        assert all(resolve(name, src).startswith("_static/") for src in scripts), name
 
 
 # ------------------------------------------------------------------------------- search
-# The pages' own search (the site's course.js and lunr.js) on the site's index, under Node.js.
+# The pages' own search (the site's course.js and lunr.js) on the site's index, under Node.js, as
+# a page in the language ``lang`` runs it.
 NODE_SEARCH = """
-const [lunrJs, indexJs, courseJs, queries] = process.argv.slice(1);
+const [lunrJs, indexJs, courseJs, queries, lang] = process.argv.slice(1);
 const lunr = require(lunrJs);
 require(indexJs);
 const course = require(courseJs);
@@ -186,18 +295,18 @@ const engine = {index: lunr.Index.load(globalThis.courseSearchIndex.index),
                 sections: globalThis.courseSearchIndex.sections};
 const found = {};
 for (const query of JSON.parse(queries)) {
-  found[query] = course.search(lunr, engine, query)
-    .map((s) => ({page: s.page, anchor: s.anchor, title: s.title}));
+  found[query] = course.search(lunr, engine, query, lang)
+    .map((s) => ({page: s.page, anchor: s.anchor, title: s.title, text: s.text}));
 }
 console.log(JSON.stringify(found));
 """
 
 
-def search(site: Path, *queries: str) -> dict[str, list[dict]]:
+def search(site: Path, *queries: str, lang: str = "en") -> dict[str, list[dict]]:
     static = site / "_static"
     done = subprocess.run(
         ["node", "-e", NODE_SEARCH, str(static / "lunr" / "lunr.min.js"),
-         str(site / "search-index.js"), str(static / "course.js"), json.dumps(queries)],
+         str(site / "search-index.js"), str(static / "course.js"), json.dumps(queries), lang],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return json.loads(done.stdout)

@@ -55,7 +55,8 @@ const FORMULA = /\$\$[^$]*\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]/g;
 // required; the last may also be the start of a word, so results follow the typing. A
 // whole-word match of the last word, and the words in a section's title, rank higher. When
 // nothing matches, a word may be one letter off ("acumulation"), as a typo often is.
-function search(lunr, engine, text) {
+// ``lang``, the page's language: sections in it come first, in lunr's order, then the rest.
+function search(lunr, engine, text, lang) {
   const terms = queryWords(text)
     .map((word) => lunr.stopWordFilter(new lunr.Token(word, {})))
     .filter(Boolean)
@@ -88,7 +89,12 @@ function search(lunr, engine, text) {
   if (!found.length) {
     found = engine.index.query(oneLetterOff);
   }
-  return found.slice(0, MAX_RESULTS).map((result) => engine.sections[Number(result.ref)]);
+  let sections = found.map((result) => engine.sections[Number(result.ref)]);
+  if (lang) {
+    sections = sections.filter((s) => s.lang === lang)
+      .concat(sections.filter((s) => s.lang !== lang));
+  }
+  return sections.slice(0, MAX_RESULTS);
 }
 
 // About 160 characters of the section around the first word of the query it contains, never
@@ -116,8 +122,32 @@ if (typeof module !== "undefined") {
 }
 
 // ------------------------------------------------------------------------------ the page
-const SEARCH_SCRIPTS = ["_static/lunr/lunr.min.js", "search-index.js"];
+// The site's root as this page reaches it ("" or "../" from zh-CN/): this script's own src,
+// less "_static/course.js". The index's pages are relative to the root.
+const SITE_ROOT = typeof document !== "undefined" && document.currentScript
+  ? document.currentScript.getAttribute("src").replace(/_static\/course\.js$/, "")
+  : "";
+const SEARCH_SCRIPTS = [`${SITE_ROOT}_static/lunr/lunr.min.js`, `${SITE_ROOT}search-index.js`];
+// What the search box says, in the page's language (<html lang>).
+const SAY = {
+  en: {
+    none: (text) => `No section has “${text}”.`,
+    failed: (message) => `The search index did not load: ${message}`,
+  },
+  "zh-CN": {
+    none: (text) => `没有哪一节含有“${text}”。`,
+    failed: (message) => `搜索索引没有加载成功：${message}`,
+  },
+};
 let searchReady = null;
+
+function pageLanguage() {
+  return document.documentElement.lang || "en";
+}
+
+function say() {
+  return SAY[pageLanguage()] || SAY.en;
+}
 
 function loadScript(src) {
   return new Promise((resolve, reject) => {
@@ -167,11 +197,12 @@ function showResults(list, found, text) {
   const words = queryWords(text);
   list.innerHTML = "";
   if (!found.length) {
-    list.innerHTML = `<li class="course-search-none">No section has “${escapeHtml(text)}”.</li>`;
+    list.innerHTML = `<li class="course-search-none">${say().none(escapeHtml(text))}</li>`;
   }
   found.forEach((section, i) => {
     const item = document.createElement("li");
-    const href = section.anchor ? `${section.page}#${section.anchor}` : section.page;
+    const page = SITE_ROOT + section.page;
+    const href = section.anchor ? `${page}#${section.anchor}` : page;
     const where = section.title === section.pageTitle ? "" : section.pageTitle;
     item.innerHTML =
       `<a href="${escapeHtml(href)}">${escapeHtml(section.title)}</a> ` +
@@ -213,9 +244,11 @@ function setUpSearch(box) {
         return;
       }
       loadSearch()
-        .then((engine) => showResults(list, search(window.lunr, engine, text), text))
+        .then((engine) => {
+          showResults(list, search(window.lunr, engine, text, pageLanguage()), text);
+        })
         .catch((error) => {
-          list.innerHTML = `<li>The search index did not load: ${escapeHtml(error.message)}</li>`;
+          list.innerHTML = `<li>${say().failed(escapeHtml(error.message))}</li>`;
           list.hidden = false;
         });
     }, 120);
