@@ -399,6 +399,68 @@ def test_index_words_split_as_queries_do(site):
     ]
 
 
+def test_chinese_is_indexed_as_pairs_of_characters_and_a_query_split_into_words(site):
+    done = subprocess.run(
+        ["node", "-e", "const c = require(process.argv[1]);"
+         "console.log(JSON.stringify([c.indexWords(process.argv[2]), c.queryWords(process.argv[2]),"
+         " c.chineseWords(process.argv[3]), c.markedWords('梯度累积', '梯度累积，累积的梯度'),"
+         " c.markedWords('梯度累积', '累积的梯度')]))",
+         str(site / "_static" / "course.js"), "清空梯度zero_grad，再调用 step() 的",
+         "清空梯度的时机"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    index, query, words, marked_whole, marked_words = json.loads(done.stdout)
+    assert index == "清空 空梯 梯度 zero_grad 再调 调用 step 的 zero grad"
+    assert query == ["清空梯度", "zero_grad", "再调用", "step", "的"]
+    assert "".join(words) == "清空梯度的时机" and "梯度" in words, "ICU's words (Intl.Segmenter)"
+    assert marked_whole == ["梯度累积"], "a snippet marks the term as typed where it has it"
+    assert marked_words == ["梯度", "累积"], "else the term's words"
+
+
+def test_chinese_terms_find_the_chinese_pages_sections(site):
+    terms = ("梯度累积", "优化器", "叶子张量", "反向传播", "张量")
+    found = search(site, *terms, lang="zh-CN")
+    for term in terms:
+        assert found[term], term
+        for result in found[term][:5]:
+            assert result["page"].startswith("zh-CN/"), (term, result["page"])
+            assert term in result["title"] + result["text"], (term, result["title"])
+    top = [(r["page"], r["title"]) for r in found["梯度累积"][:3]]
+    assert ("zh-CN/03_gradient_accumulation.html", "03 · 有意为之的梯度累积") in top, top
+    assert found["叶子张量"][0]["title"] == "1. 计算图：叶子张量与非叶子张量"
+
+
+def test_a_term_the_segmenter_does_not_know_is_found_by_its_characters(site):
+    """ICU's dictionary cuts 叶子张量 into 叶子, 张, 量 and 优化器 into 优, 化, 器: the index's
+    pairs of characters find each as typed, and one character finds the words that have it."""
+    found = search(site, "叶子张量", "优化器", "量", "梯度 累积", lang="zh-CN")
+    assert {"zh-CN/01_autograd_accumulates.html", "zh-CN/05_pitfalls.html"} <= {
+        r["page"] for r in found["叶子张量"]
+    }
+    assert all("优化器" in r["title"] + r["text"] for r in found["优化器"])
+    assert found["量"] and all("量" in r["title"] + r["text"] for r in found["量"])
+    assert found["梯度 累积"], "two words, each found"
+
+
+def test_a_chinese_query_not_in_any_text_as_typed_is_found_by_its_words(site):
+    found = search(site, "优化器的学习率", "优化器学习率调度", lang="zh-CN")
+    for query in found:
+        assert found[query], query
+        for result in found[query]:
+            text = result["title"] + result["text"]
+            assert query not in text and all(c in text for c in query.replace("的", "")), query
+
+
+def test_a_page_lists_the_sections_in_its_own_language_first(site):
+    english = search(site, "no_sync", "梯度累积", lang="en")
+    chinese = search(site, "no_sync", "梯度累积", lang="zh-CN")
+    assert not any(r["page"].startswith("zh-CN/") for r in english["no_sync"])
+    assert chinese["no_sync"][0]["page"].startswith("zh-CN/08_")
+    assert english["梯度累积"][0]["page"] == "glossary.html", "the glossary's Chinese terms"
+    assert any(r["page"].startswith("zh-CN/") for r in english["梯度累积"])
+    assert all(r["page"].startswith("zh-CN/") for r in chinese["梯度累积"])
+
+
 def test_a_widget_output_says_where_it_runs_instead_of_printing_its_repr(site):
     for path in NOTEBOOKS:
         widgets = sum(
