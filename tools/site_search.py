@@ -32,15 +32,15 @@ def heading_text(heading: Tag) -> str:
 class Sections:
     """Collects the sections of one page as its elements are visited in document order."""
 
-    def __init__(self, page: str, page_title: str):
-        self.page, self.page_title = page, page_title
+    def __init__(self, page: str, page_title: str, lang: str):
+        self.page, self.page_title, self.lang = page, page_title, lang
         self.found: list[dict] = []
         self.start(page_title, "")
 
     def start(self, title: str, anchor: str) -> None:
         self.found.append(
-            {"page": self.page, "pageTitle": self.page_title, "title": title,
-             "anchor": anchor, "text": []}
+            {"page": self.page, "pageTitle": self.page_title, "lang": self.lang,
+             "title": title, "anchor": anchor, "text": []}
         )  # fmt: skip
 
     def add(self, text: str) -> None:
@@ -73,9 +73,11 @@ class Sections:
         return kept
 
 
-def notebook_sections(page: str, page_title: str, soup: BeautifulSoup) -> list[dict]:
+def notebook_sections(
+    page: str, page_title: str, soup: BeautifulSoup, lang: str = "en"
+) -> list[dict]:
     """A notebook page as nbconvert's lab template writes it: cells in ``main``."""
-    sections = Sections(page, page_title)
+    sections = Sections(page, page_title, lang)
     for cell in soup.select("main > .jp-Cell"):
         classes = set(cell.get("class", []))  # a markdown cell's tags are on an inner div
         for inner in cell.select("[class*='celltag_']"):
@@ -91,9 +93,11 @@ def notebook_sections(page: str, page_title: str, soup: BeautifulSoup) -> list[d
     return sections.result()
 
 
-def markdown_sections(page: str, page_title: str, soup: BeautifulSoup) -> list[dict]:
+def markdown_sections(
+    page: str, page_title: str, soup: BeautifulSoup, lang: str = "en"
+) -> list[dict]:
     """A page written from markdown: headings and paragraphs in ``main``."""
-    sections = Sections(page, page_title)
+    sections = Sections(page, page_title, lang)
     for element in soup.select_one("main").children:
         sections.visit(element)
     return sections.result()

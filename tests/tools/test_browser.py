@@ -1,7 +1,8 @@
 """The course as a person meets it: JupyterLab in a real browser (Debian's Chromium, headless,
 driven by Selenium and chromedriver). Every notebook is opened and run with Run > Run All
 Cells; the page must show errors exactly in the cells tagged to raise, and the widget
-explorers must render as sliders whose output changes when a slider moves.
+explorers must render as sliders whose output changes when a slider moves. A Chinese notebook
+runs its setup cell and an exercise with a wrong answer, whose checker answers in Chinese.
 
 JupyterLab serves a copy of the course in a temporary folder (its autosave never touches the
 repository), on 127.0.0.1, a free port and a token. Screenshots of every notebook go to
@@ -12,6 +13,7 @@ $GM_CI is set, as CI sets it. It takes minutes, so the default test run leaves i
 
 from __future__ import annotations
 
+import gettext
 import json
 import os
 import re
@@ -35,6 +37,7 @@ RUN_TIMEOUT_S = 180
 try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 except ImportError:  # pragma: no cover - reported by the skip below
@@ -276,3 +279,63 @@ def check_a_slider_moves_its_output(driver, path) -> None:
     wait_for(lambda: output.text != before and output.text.strip(), 30,
              f"{path.name}: the output to follow the slider")  # fmt: skip
     driver.save_screenshot(str(SCREENSHOTS / f"{path.stem}-slider-moved.png"))
+
+
+def test_a_chinese_notebook_answers_a_wrong_answer_with_a_chinese_hint(lab, browser):
+    """The Chinese edition in JupyterLab, as a learner meets it: the setup cell, folded under
+    its Chinese title, runs first (it sets GM_LANG=zh_CN); then an exercise given a wrong
+    answer gets its checker's verdict and hint in Chinese."""
+    base, token = lab
+    path = ROOT / "notebooks" / "zh-CN" / "01_autograd_accumulates.ipynb"
+    nb = read(path)
+    browser.get(f"{base}/lab/tree/notebooks/zh-CN/{path.name}?token={token}")
+    wait_for(lambda: len(cells(browser)) == len(nb.cells), 60, "the notebook's cells")
+    wait_for(
+        lambda: "Idle" in browser.find_element(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator")
+        .get_attribute("data-status").capitalize(),
+        60,
+        "the kernel to be ready",
+    )  # fmt: skip
+    [setup] = cells_tagged(nb, sync_notebooks.SETUP_TAG)
+    placeholder = cells(browser)[setup].find_element(By.CSS_SELECTOR, ".jp-InputPlaceholder")
+    assert "课程设置" in placeholder.text, placeholder.text
+    # The setup cell: a click on its prompt selects it (and unfolds it), Shift+Enter runs it.
+    # (From the cell above, the arrow keys step over a folded cell.)
+    target = cells(browser)[setup]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", target)
+    target.find_element(By.CSS_SELECTOR, ".jp-InputPrompt").click()
+    wait_for(lambda: "jp-mod-active" in cells(browser)[setup].get_attribute("class"), 10,
+             "the setup cell to be selected")  # fmt: skip
+    ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+    # Exercise 01.1 answered 5: only the last backward's gradient, a wrong answer with a hint.
+    exercise = next(i for i, cell in enumerate(nb.cells)
+                    if "check_grad_prediction(answer)" in cell.source)  # fmt: skip
+    cell = cells(browser)[exercise]
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", cell)
+    cell.find_element(By.CSS_SELECTOR, ".jp-InputArea-editor .cm-content").click()
+    ActionChains(browser).key_down(Keys.CONTROL).send_keys("a").key_up(Keys.CONTROL).perform()
+    ActionChains(browser).send_keys(
+        "from helpers.autograd_accumulates.checkers_01 import check_grad_prediction",
+        Keys.ENTER,
+        "check_grad_prediction(5)",
+    ).perform()
+    ActionChains(browser).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+    zh = gettext.translation("helpers", ROOT / "helpers" / "locale", languages=["zh_CN"])
+    not_yet = zh.gettext("❌ Not yet")
+    assert not_yet != "❌ Not yet", "the Chinese catalog is compiled"
+
+    def verdict() -> str:
+        shown = cells(browser)[exercise].find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+        return " ".join(o.text for o in shown if o.text.strip())
+
+    try:
+        shown = wait_for(verdict, 90, "the checker's verdict")
+    finally:
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", cell)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(SCREENSHOTS / "zh-CN-notebook-hint.png"))
+    assert shown.startswith(not_yet), shown
+    hint = shown.removeprefix(not_yet)
+    assert len(re.findall(r"[\u4e00-\u9fff]", hint)) > 10, f"the hint is not Chinese: {shown}"
+    assert "backward" in hint and "That is" not in hint, shown
+    shut_down_kernels(base, token)

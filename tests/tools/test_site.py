@@ -1,6 +1,7 @@
 """The course site (tools/build_site.py), read as files: every page and link is there, nothing is
 loaded from the network, the notebooks' launch links and folded setup cells, the bundled KaTeX
-and lunr.js, and the search index. tests/tools/test_site_browser.py opens the same site in Chromium.
+and lunr.js, the search index (English and Chinese), and the Chinese edition's pages with their
+language switch. tests/tools/test_site_browser.py opens the same site in Chromium.
 
 The build fetches KaTeX and lunr.js with npm once (into build/site-assets/); where npm or the
 registry cannot be reached these tests are skipped, unless $GM_CI is set, as CI sets it.
@@ -22,10 +23,12 @@ import pytest
 import site_assets
 import site_search
 import sync_notebooks
+import translate_notebooks
 from bs4 import BeautifulSoup
-from course import cells_tagged, launch_links, notebook_paths, read
+from course import cells_tagged, chinese_notebook_paths, launch_links, notebook_paths, read, title
 
 NOTEBOOKS = notebook_paths()
+CHINESE_NOTEBOOKS = chinese_notebook_paths()
 MARKDOWN_PAGES = (
     "index.html",
     "instructor-guide.html",
@@ -59,11 +62,22 @@ def soup(site: Path, page: str) -> BeautifulSoup:
 
 
 def pages(site: Path) -> list[str]:
-    return sorted(p.name for p in site.glob("*.html"))
+    """Every page, as its path from the site's root: ``index.html``, ``zh-CN/03_x.html``."""
+    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+
+
+def resolve(page: str, href: str) -> str:
+    """The page (from the site's root) that ``href`` on ``page`` points to, without anchor."""
+    target = href.partition("#")[0]
+    return os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
 
 
 def test_the_site_has_every_page(site):
-    assert {f"{p.stem}.html" for p in NOTEBOOKS} | set(MARKDOWN_PAGES) == set(pages(site))
+    chinese = {f"zh-CN/{p.stem}.html" for p in CHINESE_NOTEBOOKS} | {"zh-CN/index.html"}
+    chinese |= {f"zh-CN/{page}" for page in build_site.chinese_documents().values()}
+    assert len(CHINESE_NOTEBOOKS) == len(NOTEBOOKS)
+    english = {f"{p.stem}.html" for p in NOTEBOOKS} | set(MARKDOWN_PAGES)
+    assert english | chinese == set(pages(site))
     page = (site / "06_loop_auditor.html").read_text(encoding="utf-8")
     assert 'href="05_pitfalls.html"' in page and 'href="07_accumulation_at_scale.html"' in page
     assert "No findings (" in page, "outputs included"
@@ -78,8 +92,8 @@ def test_every_local_link_reaches_a_file_and_its_anchor(site):
             href = link["href"]
             if re.match(r"[a-z]+:", href):
                 continue
-            target, _, anchor = href.partition("#")
-            target = target or page
+            anchor = href.partition("#")[2]
+            target = resolve(page, href)
             assert (site / target).is_file(), f"{page} links to {href}, which is not in the site"
             if link.has_attr("download"):
                 assert target.endswith(".ipynb")
@@ -142,21 +156,113 @@ def test_without_npm_the_build_says_what_to_install(tmp_path, monkeypatch):
         site_assets.fetch(site_assets.KATEX, cache=tmp_path)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "path",
+    NOTEBOOKS + CHINESE_NOTEBOOKS,
+    ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + CHINESE_NOTEBOOKS],
+)
 def test_each_notebook_page_launches_the_notebook_and_folds_its_setup_cell(site, path):
-    tree = soup(site, f"{path.stem}.html")
+    chinese = path in CHINESE_NOTEBOOKS
+    page = f"zh-CN/{path.stem}.html" if chinese else f"{path.stem}.html"
+    tree = soup(site, page)
     [bar] = tree.select(".course-launch")
     links = {a.get_text(): a["href"] for a in bar.find_all("a")}
-    assert links == {**launch_links(path.name), "Download .ipynb": path.name}
+    folder = translate_notebooks.FOLDER if chinese else "notebooks"
+    launch = launch_links(path.name, folder=folder)
+    if chinese:  # the names the Chinese notebook's own link cell gives them
+        launch = {translate_notebooks.LINK_NAMES[name]: url for name, url in launch.items()}
+    download = "下载 .ipynb" if chinese else "Download .ipynb"
+    assert links == {**launch, download: path.name}
     badges = read(path).cells[cells_tagged(read(path), sync_notebooks.BADGES_TAG)[0]].source
-    for href in launch_links(path.name).values():
+    for href in launch.values():
         assert f"({href})" in badges, "the page and the notebook's links come from one setting"
-    assert (site / path.name).read_bytes() == path.read_bytes()
+    assert (site / page).with_suffix(".ipynb").read_bytes() == path.read_bytes()
     assert not tree.select("img[src^='http']"), "a badge image shows as broken alt text offline"
     [folded] = tree.select("details.course-folded")
-    assert folded.summary.get_text() == sync_notebooks.SETUP_TITLE
+    setup_title = translate_notebooks.SETUP_TITLE if chinese else sync_notebooks.SETUP_TITLE
+    assert folded.summary.get_text() == setup_title
     assert "COURSE_REPO" in folded.get_text(), "the fold holds the setup cell's code"
     assert "open" not in folded.attrs, "folded until asked for"
+    assert tree.html["lang"] == ("zh-CN" if chinese else "en")
+    assert tree.title.get_text() == title(read(path))
+
+
+def test_chinese_pages_have_chinese_navigation(site):
+    tree = soup(site, "zh-CN/03_gradient_accumulation.html")
+    nav = {a.get_text(): a["href"] for a in tree.select("nav.course > a")}
+    assert nav["课程概览"] == "index.html"
+    assert nav["← 02 · 剖析 zero_grad"] == "02_zero_grad_internals.html"
+    assert nav["04 · 多个损失，一次反向传播 →"] == "04_several_losses.html"
+    chinese = set(build_site.chinese_documents().values())
+    for label, page in (("环境配置", "setup.html"), ("讲师指南", "instructor-guide.html"),
+                        ("术语表", "glossary.html")):  # fmt: skip
+        if f"zh-CN/{page}" in chinese:
+            assert nav[label] == page
+        else:  # an English page, and the link says so
+            assert nav[f"{label}（英文）"] == f"../{page}"
+    search = tree.select_one(".course-search input")
+    assert search["placeholder"] == "搜索课程" == search["aria-label"]
+    if not tree.select(".course-widget"):
+        tree = soup(site, "zh-CN/01_autograd_accumulates.html")
+    assert "交互控件" in tree.select_one(".course-widget").get_text()
+    home = soup(site, "zh-CN/index.html")
+    assert home.html["lang"] == "zh-CN"
+    linked = {resolve("zh-CN/index.html", a["href"]) for a in home.select("main a[href]")}
+    assert {f"zh-CN/{p.stem}.html" for p in CHINESE_NOTEBOOKS} <= linked
+
+
+def test_every_page_switches_to_its_counterpart_or_says_it_has_none(site):
+    all_pages = set(pages(site))
+    for page in all_pages:
+        [switch] = soup(site, page).select("nav.course a.course-language")
+        target = resolve(page, switch["href"])
+        other = page.removeprefix("zh-CN/") if page.startswith("zh-CN/") else f"zh-CN/{page}"
+        if other in all_pages:
+            assert target == other, page
+            assert switch["data-counterpart"] == "true"
+            assert switch.get_text() == ("English" if page.startswith("zh-CN/") else "中文")
+        else:  # the other language's home page, and the link says that is where it goes
+            assert target == ("index.html" if page.startswith("zh-CN/") else "zh-CN/index.html")
+            assert switch["data-counterpart"] == "false"
+            assert switch.get_text() in ("English home", "中文版首页"), page
+            assert "本页暂无中文版" in switch["title"] or "no English version" in switch["title"]
+        assert switch["hreflang"] == switch["lang"] == soup(site, target).html["lang"], page
+    for path in NOTEBOOKS:  # every notebook has its Chinese edition: no page goes home instead
+        [switch] = soup(site, f"{path.stem}.html").select("a.course-language")
+        assert switch["href"] == f"zh-CN/{path.stem}.html"
+
+
+def test_chinese_documents_are_found_where_the_conventions_put_them(tmp_path, monkeypatch):
+    assert build_site.chinese_documents(tmp_path) == {}
+    (tmp_path / "workshop" / "zh-CN").mkdir(parents=True)
+    (tmp_path / "README.zh-CN.md").write_text("# 课程\n", encoding="utf-8")
+    (tmp_path / "workshop" / "zh-CN" / "setup.md").write_text("# 环境\n", encoding="utf-8")
+    assert build_site.chinese_documents(tmp_path) == {
+        tmp_path / "README.zh-CN.md": "zh-CN/index.html",
+        tmp_path / "workshop" / "zh-CN" / "setup.md": "zh-CN/setup.html",
+    }
+    # The Chinese notebooks' list of counterparts, where it names one, wins.
+    monkeypatch.setitem(translate_notebooks.COUNTERPARTS, "workshop/glossary.md", "docs/术语表.md")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "术语表.md").write_text("# 术语表\n", encoding="utf-8")
+    assert build_site.chinese_documents(tmp_path)[tmp_path / "docs" / "术语表.md"] == (
+        "zh-CN/glossary.html"
+    )
+    assert build_site.markdown_title("前言\n# 梯度力学 #\n", "x") == "梯度力学"
+
+
+def test_a_chinese_document_gets_the_switch_and_the_chinese_navigation():
+    """With README.zh-CN.md and workshop/zh-CN/setup.md there, the English pages switch to
+    them and the Chinese pages' navigation stays in Chinese (no second build needed)."""
+    pages = {"index.html", "setup.html", "glossary.html", "03_x.html", "zh-CN/03_x.html",
+             "zh-CN/index.html", "zh-CN/setup.html"}  # fmt: skip
+    assert build_site.counterpart("setup.html", pages) == ("zh-CN/setup.html", True)
+    assert build_site.counterpart("glossary.html", pages) == ("zh-CN/index.html", False)
+    assert build_site.counterpart("zh-CN/setup.html", pages) == ("setup.html", True)
+    nav = BeautifulSoup(build_site._nav("zh-CN/setup.html", pages), "html.parser")
+    links = {a.get_text(): a["href"] for a in nav.find_all("a")}
+    assert links["环境配置"] == "setup.html" and links["术语表（英文）"] == "../glossary.html"
+    assert links["English"] == "../setup.html"
 
 
 def test_formulas_reach_the_page_as_tex_for_katex(site):
@@ -168,15 +274,19 @@ def test_formulas_reach_the_page_as_tex_for_katex(site):
     for name in pages(site):
         head = soup(site, name).head
         scripts = [s.get("src") for s in head.find_all("script", src=True)]
+        root = "../" * name.count("/")  # the Chinese pages are in zh-CN/
         assert scripts == [
-            "_static/katex/katex.min.js",
-            "_static/katex/auto-render.min.js",
-            "_static/course.js",
+            f"{root}_static/katex/katex.min.js",
+            f"{root}_static/katex/auto-render.min.js",
+            f"{root}_static/course.js",
         ], name
+        assert all(resolve(name, src).startswith("_static/") for src in scripts), name
 
 
 # ------------------------------------------------------------------------------- search
-# The pages' own search (the site's course.js and lunr.js) on the site's index, under Node.js.
+# The pages' own search (the site's course.js and lunr.js) on the site's index, under Node.js, as
+# a page in the language ``lang`` runs it. Loading the index is most of a run's time, so one
+# run answers every query the tests below make (QUERIES); a query not listed costs a run of its own.
 NODE_SEARCH = """
 const [lunrJs, indexJs, courseJs, queries] = process.argv.slice(1);
 const lunr = require(lunrJs);
@@ -185,15 +295,27 @@ const course = require(courseJs);
 const engine = {index: lunr.Index.load(globalThis.courseSearchIndex.index),
                 sections: globalThis.courseSearchIndex.sections};
 const found = {};
-for (const query of JSON.parse(queries)) {
-  found[query] = course.search(lunr, engine, query)
-    .map((s) => ({page: s.page, anchor: s.anchor, title: s.title}));
+for (const [lang, asked] of Object.entries(JSON.parse(queries))) {
+  found[lang] = {};
+  for (const query of asked) {
+    found[lang][query] = course.search(lunr, engine, query, lang)
+      .map((s) => ({page: s.page, anchor: s.anchor, title: s.title, text: s.text}));
+  }
 }
 console.log(JSON.stringify(found));
 """
+QUERIES = {
+    "en": ["no_sync", "_foreach_zero_", "retain_grad", "retain", "torch.compile", "weight decay",
+           "weight_decay", "Key points", "today", "try", "gradient accumulation", "zero_grad",
+           "cdot", "why", "the", "梯度累积", "acumulation", "gradeint accumulation",
+           "DistribuedSampler", "qwertyuiop"],
+    "zh-CN": ["梯度累积", "优化器", "叶子张量", "反向传播", "张量", "量", "梯度 累积",
+              "优化器的学习率", "优化器学习率调度", "no_sync"],
+}  # fmt: skip
+_searched: dict[tuple[Path, str], dict[str, list[dict]]] = {}
 
 
-def search(site: Path, *queries: str) -> dict[str, list[dict]]:
+def _run_search(site: Path, queries: dict[str, list[str]]) -> dict[str, dict[str, list[dict]]]:
     static = site / "_static"
     done = subprocess.run(
         ["node", "-e", NODE_SEARCH, str(static / "lunr" / "lunr.min.js"),
@@ -201,6 +323,18 @@ def search(site: Path, *queries: str) -> dict[str, list[dict]]:
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return json.loads(done.stdout)
+
+
+def search(site: Path, *queries: str, lang: str = "en") -> dict[str, list[dict]]:
+    """Each query's results, as a page in ``lang`` lists them."""
+    if (site, lang) not in _searched:
+        for language, found in _run_search(site, QUERIES).items():
+            _searched[site, language] = found
+    known = _searched[site, lang]
+    missing = [query for query in queries if query not in known]
+    if missing:
+        known.update(_run_search(site, {lang: missing})[lang])
+    return {query: known[query] for query in queries}
 
 
 def sections_of(site: Path) -> list[dict]:
@@ -288,6 +422,68 @@ def test_index_words_split_as_queries_do(site):
         "set_to_none true zero_grad set to none zero grad",
         "__init__ β 0 9 1 4 x",
     ]
+
+
+def test_chinese_is_indexed_as_pairs_of_characters_and_a_query_split_into_words(site):
+    done = subprocess.run(
+        ["node", "-e", "const c = require(process.argv[1]);"
+         "console.log(JSON.stringify([c.indexWords(process.argv[2]), c.queryWords(process.argv[2]),"
+         " c.chineseWords(process.argv[3]), c.markedWords('梯度累积', '梯度累积，累积的梯度'),"
+         " c.markedWords('梯度累积', '累积的梯度')]))",
+         str(site / "_static" / "course.js"), "清空梯度zero_grad，再调用 step() 的",
+         "清空梯度的时机"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    index, query, words, marked_whole, marked_words = json.loads(done.stdout)
+    assert index == "清空 空梯 梯度 zero_grad 再调 调用 step 的 zero grad"
+    assert query == ["清空梯度", "zero_grad", "再调用", "step", "的"]
+    assert "".join(words) == "清空梯度的时机" and "梯度" in words, "ICU's words (Intl.Segmenter)"
+    assert marked_whole == ["梯度累积"], "a snippet marks the term as typed where it has it"
+    assert marked_words == ["梯度", "累积"], "else the term's words"
+
+
+def test_chinese_terms_find_the_chinese_pages_sections(site):
+    terms = ("梯度累积", "优化器", "叶子张量", "反向传播", "张量")
+    found = search(site, *terms, lang="zh-CN")
+    for term in terms:
+        assert found[term], term
+        for result in found[term][:5]:
+            assert result["page"].startswith("zh-CN/"), (term, result["page"])
+            assert term in result["title"] + result["text"], (term, result["title"])
+    top = [(r["page"], r["title"]) for r in found["梯度累积"][:3]]
+    assert ("zh-CN/03_gradient_accumulation.html", "03 · 有意为之的梯度累积") in top, top
+    assert found["叶子张量"][0]["title"] == "1. 计算图：叶子张量与非叶子张量"
+
+
+def test_a_term_the_segmenter_does_not_know_is_found_by_its_characters(site):
+    """ICU's dictionary cuts 叶子张量 into 叶子, 张, 量 and 优化器 into 优, 化, 器: the index's
+    pairs of characters find each as typed, and one character finds the words that have it."""
+    found = search(site, "叶子张量", "优化器", "量", "梯度 累积", lang="zh-CN")
+    assert {"zh-CN/01_autograd_accumulates.html", "zh-CN/05_pitfalls.html"} <= {
+        r["page"] for r in found["叶子张量"]
+    }
+    assert all("优化器" in r["title"] + r["text"] for r in found["优化器"])
+    assert found["量"] and all("量" in r["title"] + r["text"] for r in found["量"])
+    assert found["梯度 累积"], "two words, each found"
+
+
+def test_a_chinese_query_not_in_any_text_as_typed_is_found_by_its_words(site):
+    found = search(site, "优化器的学习率", "优化器学习率调度", lang="zh-CN")
+    for query in found:
+        assert found[query], query
+        for result in found[query]:
+            text = result["title"] + result["text"]
+            assert query not in text and all(c in text for c in query.replace("的", "")), query
+
+
+def test_a_page_lists_the_sections_in_its_own_language_first(site):
+    english = search(site, "no_sync", "梯度累积", lang="en")
+    chinese = search(site, "no_sync", "梯度累积", lang="zh-CN")
+    assert not any(r["page"].startswith("zh-CN/") for r in english["no_sync"])
+    assert chinese["no_sync"][0]["page"].startswith("zh-CN/08_")
+    assert english["梯度累积"][0]["page"] == "glossary.html", "the glossary's Chinese terms"
+    assert any(r["page"].startswith("zh-CN/") for r in english["梯度累积"])
+    assert all(r["page"].startswith("zh-CN/") for r in chinese["梯度累积"])
 
 
 def test_a_widget_output_says_where_it_runs_instead_of_printing_its_repr(site):

@@ -10,6 +10,10 @@ const { indexWords } = require(process.argv[3]);
 
 const sections = JSON.parse(fs.readFileSync(0, "utf8"));
 const index = lunr(function build() {
+  // The words come split and lower-cased (indexWords); lunr's trimmer, which strips what is
+  // not an ASCII letter or digit from a word's ends, would strip Chinese, "β" or "é" whole or
+  // in part, where the queries do not: the stop words and the stemmer stay.
+  this.pipeline.remove(lunr.trimmer);
   this.ref("id");
   this.field("title", { boost: 10 });
   this.field("body");

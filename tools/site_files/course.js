@@ -4,7 +4,8 @@
 //
 // The same file, under Node.js, gives tools/site_files/build_index.js the words to index and
 // the tests the search itself (module.exports at the end), so the index and the queries split
-// and stem words in exactly one way: lunr.js's own pipeline, on both sides.
+// and stem words in exactly one way: lunr.js's own pipeline, on both sides, and for Chinese
+// pairs of characters (and ICU's word segmentation, Intl.Segmenter, for a query's words).
 "use strict";
 
 const MATH_DELIMITERS = [
@@ -30,65 +31,153 @@ function renderFormulas(element) {
 // A TeX command (\cdot, \text) is markup, not a word of the course.
 const TEX_COMMAND = /\\[A-Za-z]+/g;
 const NOT_A_WORD = /[^\p{L}\p{N}_]+/u;
+// Chinese is written without spaces: a run of Chinese characters is one "word" here, which the
+// index keeps as its overlapping pairs of characters (below) and a query splits into words.
+const HAN = /\p{Script=Han}+/gu;
+const ALL_HAN = /^\p{Script=Han}+$/u;
 
 // The words of a text or a query: letters, digits and underscores, lower case; so
-// "set_to_none=True" is "set_to_none" and "true", and "torch.compile" is "torch", "compile".
+// "set_to_none=True" is "set_to_none" and "true", and "torch.compile" is "torch", "compile";
+// a run of Chinese characters is a word of its own ("清空梯度zero_grad" is two).
 function queryWords(text) {
-  return text.toLowerCase().split(NOT_A_WORD).filter(Boolean);
+  return text.toLowerCase().replace(HAN, " $& ").split(NOT_A_WORD).filter(Boolean);
+}
+
+function isChinese(word) {
+  return ALL_HAN.test(word);
+}
+
+// A run of Chinese characters as the index holds it: each pair of neighbouring characters
+// ("梯度累积": "梯度", "度累", "累积"), as Lucene's CJK analyzer and lunr-languages' Chinese
+// support index it; a single character stays itself. A term typed is then found in any text
+// that has it, whatever words a segmenter would cut the text into.
+function characterPairs(run) {
+  const chars = [...run];
+  return chars.length < 2 ? chars : chars.slice(1).map((char, i) => chars[i] + char);
+}
+
+// The words of a run of Chinese characters, by ICU's word segmentation (Intl.Segmenter, in
+// Node.js and in every current browser): "清空梯度的时机" is "清", "空", "梯度", "的", "时机".
+// Its dictionary knows everyday words, not every term of the course ("张量" comes out as "张",
+// "量"), so a query looks for the term as typed first, and by these words only if that finds
+// nothing. Without Intl.Segmenter, the run is one word.
+let chineseSegmenter = null;
+function chineseWords(run) {
+  if (typeof Intl === "undefined" || typeof Intl.Segmenter !== "function") {
+    return [run];
+  }
+  chineseSegmenter = chineseSegmenter || new Intl.Segmenter("zh", { granularity: "word" });
+  return [...chineseSegmenter.segment(run)].filter((s) => s.isWordLike).map((s) => s.segment);
 }
 
 // What is indexed: the words, and an identifier's parts too ("zero_grad" is also found by
-// "zero grad"), with TeX commands left out.
+// "zero grad"), with TeX commands left out; Chinese as pairs of characters.
 function indexWords(text) {
   const words = queryWords(text.replace(TEX_COMMAND, " "));
   const parts = words
     .filter((word) => word.replace(/^_+|_+$/g, "").includes("_"))
     .flatMap((word) => word.split("_").filter(Boolean));
-  return words.concat(parts).join(" ");
+  return words.flatMap((word) => (isChinese(word) ? characterPairs(word) : [word]))
+    .concat(parts).join(" ");
 }
 
 // ------------------------------------------------------------------------------ search
 const MAX_RESULTS = 12;
 const FORMULA = /\$\$[^$]*\$\$|\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]/g;
 
-// Each word through lunr's pipeline (stop words out, then its stemmer). Every word is
-// required; the last may also be the start of a word, so results follow the typing. A
-// whole-word match of the last word, and the words in a section's title, rank higher. When
-// nothing matches, a word may be one letter off ("acumulation"), as a typo often is.
-function search(lunr, engine, text) {
-  const terms = queryWords(text)
-    .map((word) => lunr.stopWordFilter(new lunr.Token(word, {})))
-    .filter(Boolean)
-    .map((token) => lunr.stemmer(token).toString());
-  if (!terms.length) {
+// Each term through lunr's pipeline, as the index's terms went (stop words out, then its
+// stemmer; both leave Chinese as it is).
+function pipelineTerm(lunr, word) {
+  const token = lunr.stopWordFilter(new lunr.Token(word, {}));
+  return token ? lunr.stemmer(token).toString() : "";
+}
+
+// The terms a query requires. An English word is one term. Chinese is looked for by its pairs
+// of characters: the whole run as typed (byWords false), or each of its words apart (byWords
+// true), where a word of one character is any pair that has it.
+function queryTerms(lunr, text, byWords) {
+  const terms = [];
+  for (const word of queryWords(text)) {
+    if (!isChinese(word)) {
+      terms.push({ term: pipelineTerm(lunr, word), chinese: false, single: false });
+      continue;
+    }
+    for (const piece of byWords ? chineseWords(word) : [word]) {
+      const single = [...piece].length === 1;
+      characterPairs(piece).forEach((pair) => {
+        terms.push({ term: pipelineTerm(lunr, pair), chinese: true, single });
+      });
+    }
+  }
+  return terms.filter((t) => t.term);
+}
+
+// Every word is required; the last may also be the start of a word, so results follow the
+// typing. A whole-word match of the last word, and the words in a section's title, rank
+// higher. Chinese is looked for as typed, then by its words (chineseWords) if that finds
+// nothing. When nothing matches, a word may be one letter off ("acumulation"), as a typo often
+// is. ``lang``, the page's language: sections in it come first, in lunr's order, then the rest.
+function search(lunr, engine, text, lang) {
+  const asTyped = queryTerms(lunr, text, false);
+  if (!asTyped.length) {
     return [];
   }
-  const last = terms.length - 1;
-  const exact = (query) => {
-    terms.forEach((term, i) => {
-      query.term(term, {
-        usePipeline: false,
-        presence: lunr.Query.presence.REQUIRED,
-        wildcard: i === last ? lunr.Query.wildcard.TRAILING : lunr.Query.wildcard.NONE,
-      });
+  const W = lunr.Query.wildcard;
+  const exact = (terms) => (query) => {
+    const last = terms.length - 1;
+    terms.forEach(({ term, chinese, single }, i) => {
+      let wildcard = i === last && !chinese ? W.TRAILING : W.NONE;
+      if (single) {
+        wildcard = W.LEADING | W.TRAILING; // a lone character: in any pair
+      }
+      query.term(term, { usePipeline: false, presence: lunr.Query.presence.REQUIRED, wildcard });
     });
-    query.term(terms[last], { usePipeline: false, boost: 10 });
-    query.term(terms, { usePipeline: false, fields: ["title"], boost: 30 });
+    if (!terms[last].single) {
+      query.term(terms[last].term, { usePipeline: false, boost: 10 });
+    }
+    const whole = terms.filter((t) => !t.single).map((t) => t.term);
+    query.term(whole, { usePipeline: false, fields: ["title"], boost: 30 });
   };
   const oneLetterOff = (query) => {
-    terms.forEach((term) => {
+    asTyped.forEach(({ term, chinese }) => {
       query.term(term, {
         usePipeline: false,
         presence: lunr.Query.presence.REQUIRED,
-        editDistance: term.length >= 5 ? 1 : 0,
+        editDistance: !chinese && term.length >= 5 ? 1 : 0,
       });
     });
   };
-  let found = engine.index.query(exact);
+  let found = engine.index.query(exact(asTyped));
+  if (!found.length && asTyped.some((t) => t.chinese)) {
+    const byWords = queryTerms(lunr, text, true);
+    // The run's own pairs still rank the sections that have the term as typed first.
+    found = engine.index.query((query) => {
+      exact(byWords)(query);
+      asTyped.forEach(({ term }) => query.term(term, { usePipeline: false, boost: 5 }));
+    });
+  }
   if (!found.length) {
     found = engine.index.query(oneLetterOff);
   }
-  return found.slice(0, MAX_RESULTS).map((result) => engine.sections[Number(result.ref)]);
+  let sections = found.map((result) => engine.sections[Number(result.ref)]);
+  if (lang) {
+    sections = sections.filter((s) => s.lang === lang)
+      .concat(sections.filter((s) => s.lang !== lang));
+  }
+  return sections.slice(0, MAX_RESULTS);
+}
+
+// The words a result's snippet marks in ``text``: the query's words, and where ``text`` lacks a
+// Chinese run of the query as typed, that run's words; the longest first.
+function markedWords(query, text) {
+  const lower = text.toLowerCase();
+  const words = queryWords(query).flatMap((word) => {
+    if (!isChinese(word) || lower.includes(word)) {
+      return [word];
+    }
+    return chineseWords(word).filter((w) => [...w].length > 1);
+  });
+  return [...new Set(words)].sort((a, b) => b.length - a.length);
 }
 
 // About 160 characters of the section around the first word of the query it contains, never
@@ -112,12 +201,36 @@ function snippetText(text, words) {
 }
 
 if (typeof module !== "undefined") {
-  module.exports = { indexWords, queryWords, search, snippetText };
+  module.exports = { indexWords, queryWords, chineseWords, markedWords, search, snippetText };
 }
 
 // ------------------------------------------------------------------------------ the page
-const SEARCH_SCRIPTS = ["_static/lunr/lunr.min.js", "search-index.js"];
+// The site's root as this page reaches it ("" or "../" from zh-CN/): this script's own src,
+// less "_static/course.js". The index's pages are relative to the root.
+const SITE_ROOT = typeof document !== "undefined" && document.currentScript
+  ? document.currentScript.getAttribute("src").replace(/_static\/course\.js$/, "")
+  : "";
+const SEARCH_SCRIPTS = [`${SITE_ROOT}_static/lunr/lunr.min.js`, `${SITE_ROOT}search-index.js`];
+// What the search box says, in the page's language (<html lang>).
+const SAY = {
+  en: {
+    none: (text) => `No section has “${text}”.`,
+    failed: (message) => `The search index did not load: ${message}`,
+  },
+  "zh-CN": {
+    none: (text) => `没有哪一节含有“${text}”。`,
+    failed: (message) => `搜索索引没有加载成功：${message}`,
+  },
+};
 let searchReady = null;
+
+function pageLanguage() {
+  return document.documentElement.lang || "en";
+}
+
+function say() {
+  return SAY[pageLanguage()] || SAY.en;
+}
 
 function loadScript(src) {
   return new Promise((resolve, reject) => {
@@ -164,19 +277,20 @@ function snippetHtml(text, words) {
 }
 
 function showResults(list, found, text) {
-  const words = queryWords(text);
   list.innerHTML = "";
   if (!found.length) {
-    list.innerHTML = `<li class="course-search-none">No section has “${escapeHtml(text)}”.</li>`;
+    list.innerHTML = `<li class="course-search-none">${say().none(escapeHtml(text))}</li>`;
   }
   found.forEach((section, i) => {
     const item = document.createElement("li");
-    const href = section.anchor ? `${section.page}#${section.anchor}` : section.page;
+    const page = SITE_ROOT + section.page;
+    const href = section.anchor ? `${page}#${section.anchor}` : page;
     const where = section.title === section.pageTitle ? "" : section.pageTitle;
     item.innerHTML =
       `<a href="${escapeHtml(href)}">${escapeHtml(section.title)}</a> ` +
       `<span class="course-search-page">${escapeHtml(where)}</span>` +
-      `<p class="course-search-snippet">${snippetHtml(section.text, words)}</p>`;
+      `<p class="course-search-snippet">` +
+      `${snippetHtml(section.text, markedWords(text, section.text))}</p>`;
     if (i === 0) {
       item.classList.add("course-search-active");
     }
@@ -213,9 +327,11 @@ function setUpSearch(box) {
         return;
       }
       loadSearch()
-        .then((engine) => showResults(list, search(window.lunr, engine, text), text))
+        .then((engine) => {
+          showResults(list, search(window.lunr, engine, text, pageLanguage()), text);
+        })
         .catch((error) => {
-          list.innerHTML = `<li>The search index did not load: ${escapeHtml(error.message)}</li>`;
+          list.innerHTML = `<li>${say().failed(escapeHtml(error.message))}</li>`;
           list.hidden = false;
         });
     }, 120);
