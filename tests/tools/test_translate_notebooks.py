@@ -411,3 +411,30 @@ def test_the_chinese_setup_cell_has_no_english_comment_and_runs_the_same_code():
     assert tn.code_without_comments(without_language) == tn.code_without_comments(english)
     with pytest.raises(ValueError, match=r"comments takes the keys \['auditor_path', 'keep"):
         sync_notebooks.setup_source(URL, "00_demo.ipynb", comments={"torch": "x"})
+
+
+def test_the_command_checks_and_builds_the_documents_too(monkeypatch, capsys):
+    """``check`` and ``build`` cover notebooks and documents (tools/translate_documents.py,
+    tested in test_translate_documents.py); ``extract`` takes either."""
+    import translate_documents
+
+    calls = []
+
+    def documents_check():
+        calls.append("check")
+        return ["README.po: a document's problem"]
+
+    def documents_build(check_only=False):
+        calls.append(("build", check_only))
+        return ["README.zh-CN.md: missing"]
+
+    monkeypatch.setattr(translate_documents, "check", documents_check)
+    monkeypatch.setattr(translate_documents, "build", documents_build)
+    assert tn.main(["check"]) == 1
+    assert capsys.readouterr().out == "README.po: a document's problem\n"
+    assert tn.main(["build", "--check"]) == 1
+    assert capsys.readouterr().out == "README.zh-CN.md: missing\n"
+    assert calls == ["check", ("build", True)]
+    with pytest.raises(SystemExit):
+        tn.main(["extract", str(ROOT / "workshop" / "glossary.md")])
+    assert "add it to CHINESE_DOCUMENTS" in capsys.readouterr().err
