@@ -23,8 +23,8 @@ fenced code, formulas, link targets, glossary terms) and a heading to its level.
 (or the English where it has no entry), and a line that links back to the English in place of
 the line that links to the Chinese. Links are rewritten for the Chinese document's folder: to
 a Chinese counterpart where there is one (a document of ``CHINESE_DOCUMENTS``, a notebook of
-``notebooks/zh-CN/``), with a heading's anchor changed to the Chinese heading's, else to the
-English.
+``notebooks/zh-CN/``, also in a Binder or Colab link), with a heading's anchor changed to the
+Chinese heading's, else to the English.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from translation import (
     has_prose,
     load_catalog,
     merge,
+    not_terms,
     rewrite_links,
     split_context,
     stale_or_untranslated,
@@ -56,7 +57,9 @@ from translation import (
     unique_slugs,
 )
 
-CHINESE_DOCUMENTS: dict[str, str] = {}
+CHINESE_DOCUMENTS: dict[str, str] = {
+    "README.md": "README.zh-CN.md",
+}
 """The documents of the Chinese edition: English path -> Chinese path, in the repository."""
 
 FOLDER = "workshop/zh-CN"
@@ -69,6 +72,11 @@ GENERATED_NOTE = (
 )
 HEADING = re.compile(r"(#{1,6})[ \t]+\S")
 SIMILAR = 0.6  # how alike a changed block's English must be to keep its old translation, fuzzy
+LAUNCH_URL = re.compile(  # course.launch_links's URLs of a notebook
+    r"(https://mybinder\.org/v2/gh/[^?#\s]+\?urlpath=lab/tree/"
+    r"|https://colab\.research\.google\.com/github/[^/\s]+/[^/\s]+/blob/[^/\s]+/)"
+    r"notebooks/(\d\d_\w+\.ipynb)"
+)
 BUILD = "python tools/translate_notebooks.py build"
 FENCE_OPEN = re.compile(r"[ \t]*(`{3,}|~{3,})")
 
@@ -257,7 +265,9 @@ def check_document(
         if unusable:
             add(label, unusable)
             continue
-        found = check_markdown(block.source, entry.msgstr, terms, folder=FOLDER)
+        found = check_markdown(
+            block.source, entry.msgstr, terms, folder=FOLDER, skipped=not_terms(entry)
+        )
         if block.level and not re.match(rf"#{{{block.level}}}[ \t]+\S", entry.msgstr.strip()):
             found.append(f"a heading of level {block.level}: the translation must be one too")
         for message in found:
@@ -335,6 +345,9 @@ def chinese_link(
     notebooks: set[str],
 ) -> str:
     """Where a link of English document ``english`` points from its Chinese document."""
+    launch = LAUNCH_URL.fullmatch(target)
+    if launch and launch.group(2) in notebooks:  # Binder or Colab: open the Chinese notebook
+        return f"{launch.group(1)}notebooks/zh-CN/{launch.group(2)}"
     if not target or SCHEME.match(target) or target.startswith("/"):
         return target
     path, hash_mark, fragment = target.partition("#")

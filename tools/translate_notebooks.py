@@ -67,6 +67,7 @@ from translation import (  # noqa: F401 (code_without_comments, glossary_terms: 
     has_comments,
     load_catalog,
     merge,
+    not_terms,
     rewrite_links,
     source_hash,
     split_context,
@@ -222,7 +223,12 @@ def check_catalog(
             continue
         if cell.cell_type == "markdown":
             found = check_markdown(
-                cell.source, entry.msgstr, terms, lambda t: chinese_target(t, translated), FOLDER
+                cell.source,
+                entry.msgstr,
+                terms,
+                lambda t: chinese_target(t, translated),
+                FOLDER,
+                not_terms(entry),
             )
         else:
             found = check_code(cell.source, entry.msgstr)

@@ -152,7 +152,9 @@ def parse_markdown(source: str) -> Markdown:
         fences[key] += 1
         fence_text.setdefault(key, match.group(0).strip().splitlines()[0] + " ...")
     rest = HTML_COMMENT.sub(" ", FENCE.sub("\n", source))
-    code_spans = Counter(match.group(2) for match in CODE_SPAN.finditer(rest))
+    # a code span's line breaks and indentation are spaces to markdown: a translation may
+    # break its lines elsewhere
+    code_spans = Counter(re.sub(r"\s+", " ", m.group(2)) for m in CODE_SPAN.finditer(rest))
     rest = CODE_SPAN.sub(" \x00 ", rest)
     formulas = Counter(f"$${m.group(1)}$$" for m in DISPLAY_MATH.finditer(rest))
     rest = DISPLAY_MATH.sub(" \x00 ", rest)
@@ -184,7 +186,7 @@ def rewrite_links(source: str, rewrite: Callable[[str], str]) -> str:
         whole, offset = match.group(0), match.start(0)
         return whole[: start - offset] + rewrite(match.group(1)) + whole[end - offset :]
 
-    for pattern in (INLINE_LINK, REFERENCE_LINK, HTML_LINK):
+    for pattern in LINK_PATTERNS:
         text = pattern.sub(replace, text)
     for _ in range(2):  # a code span may hold a fence's placeholder
         text = re.sub(r"\x00(\d+)\x00", lambda m: protected[int(m.group(1))], text)
@@ -240,6 +242,18 @@ def glossary_terms(path: Path = GLOSSARY) -> list[Term]:
         pattern = re.compile(rf"(?<![\w-]){re.escape(english.lower())}(?:e?s)?(?![\w-])")
         terms.append(Term(english, forms, pattern))
     return sorted(terms, key=lambda term: -len(term.english))
+
+
+NOT_A_TERM = re.compile(r"^not a term: (.+)$", re.M)
+
+
+def not_terms(entry: polib.POEntry) -> set[str]:
+    """The glossary terms that an entry's English uses as plain words, not as the term: its
+    translator comment's ``not a term: graph (the import graph), rank (a verb)`` lines."""
+    found = set()
+    for line in NOT_A_TERM.findall(entry.tcomment or ""):
+        found |= {part.strip() for part in re.sub(r"\(.*?\)", "", line).split(",")}
+    return found
 
 
 def terms_used(prose: str, terms: list[Term]) -> list[Term]:
@@ -315,7 +329,7 @@ def merge(
     pieces = list(pieces)
     old = load_catalog(path) if path.exists() else new_catalog(subject, project)
     current = entries_by_key(old)
-    by_source = {e.msgid: e.msgstr for e in old if e.msgstr and "fuzzy" not in e.flags}
+    by_source = {e.msgid: e for e in old if e.msgstr and "fuzzy" not in e.flags}
     sources = {source for _, source, _ in pieces}
     changed = [e for e in current.values() if e.msgstr and e.msgid not in sources]
     catalog = new_catalog(subject, project)
@@ -342,10 +356,10 @@ def merge(
         if previous is not None:
             used.add(id(previous))
         if source in by_source:  # the same English text under another key
-            entry.msgstr = by_source[source]
+            entry.msgstr, entry.tcomment = by_source[source].msgstr, by_source[source].tcomment
             counts["unchanged"] += 1
         elif previous is not None and previous.msgstr:
-            entry.msgstr = previous.msgstr
+            entry.msgstr, entry.tcomment = previous.msgstr, previous.tcomment
             entry.flags = ["fuzzy"]
             fuzzy_before = "fuzzy" in previous.flags and previous.previous_msgid is not None
             entry.previous_msgid = previous.previous_msgid if fuzzy_before else previous.msgid
@@ -423,9 +437,11 @@ def check_markdown(
     terms: list[Term],
     normalize: Callable[[str], str] = lambda target: target,
     folder: str = "zh-CN",
+    skipped: set[str] = frozenset(),
 ) -> list[str]:
     """What is wrong with ``chinese`` as the translation of markdown ``english``. Link
-    targets are compared after ``normalize`` (what build makes of them)."""
+    targets are compared after ``normalize`` (what build makes of them); the glossary terms
+    in ``skipped`` (``not_terms``) are not looked for."""
     en, zh = parse_markdown(english), parse_markdown(chinese)
     problems = multiset_problems("code span", en.code_spans, zh.code_spans)
     shown = {**zh.fence_text, **en.fence_text}
@@ -441,10 +457,14 @@ def check_markdown(
         problems.append("is the English text: not translated")
         return problems
     for term in terms_used(en.prose, terms):
+        if term.english in skipped:
+            continue
         if not any(form.lower() in zh.prose.lower() for form in term.chinese):
             problems.append(
                 f"the English says {term.english!r}: use the glossary's term "
-                f"{' or '.join(term.chinese)} (workshop/glossary.md, {GLOSSARY_HEADING[3:]})"
+                f"{' or '.join(term.chinese)} (workshop/glossary.md, {GLOSSARY_HEADING[3:]}), "
+                f"or, where the English does not mean the term, add the translator comment "
+                f"'# not a term: {term.english} (why)'"
             )
     return problems
 

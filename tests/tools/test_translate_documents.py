@@ -118,6 +118,13 @@ def test_the_repositorys_documents_pass_and_their_chinese_documents_are_what_bui
         assert chinese == "README.zh-CN.md" or chinese.startswith("workshop/zh-CN/")
 
 
+def test_the_readme_and_its_chinese_edition_link_to_each_other_in_their_first_lines():
+    english = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:4]
+    chinese = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8").splitlines()[:5]
+    assert "简体中文：[README.zh-CN.md](README.zh-CN.md)" in english
+    assert "English: [README.md](README.md)" in chinese
+
+
 # ------------------------------------------------------------------ blocks and extract
 def test_blocks_split_on_blank_lines_outside_fences_and_are_keyed_by_their_heading():
     lines, blocks = td.split_blocks(README)
@@ -308,3 +315,44 @@ def test_the_command_extracts_checks_and_builds_documents_too(edition, monkeypat
     with pytest.raises(SystemExit):
         tn.main(["extract", str(edition.root / "workshop" / "glossary.md")])
     assert "is not a document of the Chinese edition" in capsys.readouterr().err
+
+
+def test_links_from_a_chinese_document(edition):
+    maps = {"README.md": {"quick-start": "快速开始"}, "workshop/setup.md": {"install": "安装"}}
+
+    def link(target, english="workshop/setup.md"):
+        return td.chinese_link(target, english, edition, maps, {"00_demo.ipynb"})
+
+    assert link("../README.md#quick-start") == "../../README.zh-CN.md#快速开始"
+    assert link("../README.md#not-a-heading") == "../../README.zh-CN.md#not-a-heading"
+    assert link("#install") == "#安装"
+    assert link("glossary.md#gradient") == "../glossary.md#gradient", "no Chinese glossary"
+    assert link("../notebooks/00_demo.ipynb") == "../../notebooks/zh-CN/00_demo.ipynb"
+    assert link("../notebooks/01_other.ipynb") == "../../notebooks/01_other.ipynb"
+    assert link("workshop/setup.md", "README.md") == "workshop/zh-CN/setup.md"
+    assert link("helpers/x.py", "README.md") == "helpers/x.py"
+    binder = "https://mybinder.org/v2/gh/o/r/main?urlpath=lab/tree/notebooks/"
+    colab = "https://colab.research.google.com/github/o/r/blob/main/notebooks/"
+    assert link(binder + "00_demo.ipynb") == binder + "zh-CN/00_demo.ipynb"
+    assert link(colab + "00_demo.ipynb") == colab + "zh-CN/00_demo.ipynb"
+    assert link(colab + "01_other.ipynb") == colab + "01_other.ipynb"
+    for unchanged in ("https://pytorch.org/x", "mailto:a@b.c", "/abs"):
+        assert link(unchanged) == unchanged
+
+
+def test_a_translator_comment_names_a_glossary_word_that_is_not_the_term_here(edition):
+    zh("demo-course.2", "梯度", "坡度")(edition)
+    [problem] = td.check(edition)
+    assert "add the translator comment '# not a term: gradient (why)'" in problem
+    catalog = polib.pofile(str(edition.catalog("README.md")), wrapwidth=0)
+    catalog[1].tcomment = "not a term: gradient (a slope here), tensor"
+    catalog.save(str(edition.catalog("README.md")))
+    assert td.check(edition) == []
+    assert translation.not_terms(catalog[1]) == {"gradient", "tensor"}
+
+
+def test_a_code_span_may_break_its_line_elsewhere_in_the_translation():
+    terms = []
+    english = "Run `python -m\n  pytest -q` now."
+    assert translation.check_markdown(english, "现在运行 `python -m pytest -q`。", terms) == []
+    assert translation.check_markdown(english, "运行 `python -m pytest`。", terms) != []
