@@ -59,6 +59,7 @@ from translation import (
 
 CHINESE_DOCUMENTS: dict[str, str] = {
     "README.md": "README.zh-CN.md",
+    "workshop/setup.md": "workshop/zh-CN/setup.md",
 }
 """The documents of the Chinese edition: English path -> Chinese path, in the repository."""
 
