@@ -21,10 +21,11 @@ fenced code, formulas, link targets, glossary terms) and a heading to its level.
 
 ``build`` writes each Chinese document: the English blocks' layout, each block's translation
 (or the English where it has no entry), and a line that links back to the English in place of
-the line that links to the Chinese. Links are rewritten for the Chinese document's folder: to
-a Chinese counterpart where there is one (a document of ``CHINESE_DOCUMENTS``, a notebook of
-``notebooks/zh-CN/``, also in a Binder or Colab link), with a heading's anchor changed to the
-Chinese heading's, else to the English.
+the line that links to the Chinese, or else after its title (a document without a ``# title``,
+such as a workshop note, which tools/build_workshop.py puts into the guide, has none). Links
+are rewritten for the Chinese document's folder: to a Chinese counterpart where there is one
+(a document of ``CHINESE_DOCUMENTS``, a notebook of ``notebooks/zh-CN/``, also in a Binder or
+Colab link), with a heading's anchor changed to the Chinese heading's, else to the English.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ from translation import (
 CHINESE_DOCUMENTS: dict[str, str] = {
     "README.md": "README.zh-CN.md",
     "workshop/setup.md": "workshop/zh-CN/setup.md",
+    "workshop/notes/00_setup_check.md": "workshop/zh-CN/notes/00_setup_check.md",
+    "workshop/notes/01_autograd_accumulates.md": "workshop/zh-CN/notes/01_autograd_accumulates.md",
+    "workshop/notes/02_zero_grad_internals.md": "workshop/zh-CN/notes/02_zero_grad_internals.md",
 }
 """The documents of the Chinese edition: English path -> Chinese path, in the repository."""
 
@@ -392,7 +396,7 @@ def build_document(
             )
         lines[block.start : block.end] = new.split("\n")
         first_end = block.start + len(new.split("\n"))
-    if not switched and blocks:  # the link back goes after the title
+    if not switched and blocks and blocks[0].level == 1:  # the link back goes after the title
         lines[first_end:first_end] = ["", back]
     note_line = GENERATED_NOTE.format(
         english=english, catalog=edition.shown(edition.catalog(english))

@@ -281,6 +281,11 @@ def test_build_writes_the_chinese_documents_with_links_to_their_chinese_counterp
         "",
     ]
     assert td.build(check_only=True, edition=edition) == []
+    (edition.root / "workshop" / "setup.md").write_text(SETUP.replace("# Setup\n\n", ""))
+    td.extract("workshop/setup.md", edition)
+    assert td.build(edition=edition) == []
+    setup = (edition.root / "workshop" / "zh-CN" / "setup.md").read_text(encoding="utf-8")
+    assert "English:" not in setup, "a document without a title (a note) has no link back"
 
 
 def test_build_check_names_a_hand_edited_missing_or_orphaned_chinese_document(edition):
