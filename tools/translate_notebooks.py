@@ -1,16 +1,22 @@
-"""The Simplified Chinese edition, ``notebooks/zh-CN/``: generated from the English notebooks
-and one translation catalog per notebook, so that it cannot drift from the English.
+"""The Simplified Chinese edition: ``notebooks/zh-CN/`` and the documents of
+tools/translate_documents.py (``README.zh-CN.md``, ``workshop/zh-CN/``), generated from the
+English and one translation catalog per notebook or document, so that it cannot drift.
 
-    python tools/translate_notebooks.py extract NOTEBOOK ...  # create or update catalogs
-    python tools/translate_notebooks.py extract               # update every existing catalog
-    python tools/translate_notebooks.py check                 # exit 1 listing every problem
-    python tools/translate_notebooks.py build                 # write notebooks/zh-CN/*.ipynb
-    python tools/translate_notebooks.py build --check         # exit 1 if one differs from it
+    python tools/translate_notebooks.py extract FILE ...  # create or update catalogs
+    python tools/translate_notebooks.py extract           # update every existing catalog
+    python tools/translate_notebooks.py check             # exit 1 listing every problem
+    python tools/translate_notebooks.py build             # write the Chinese notebooks, documents
+    python tools/translate_notebooks.py build --check     # exit 1 if one differs from it
 
-A catalog is a gettext PO file, ``notebooks/zh-CN/catalog/NN_name.po``, with one entry per
-English markdown cell and per code cell that has comments. An entry's ``msgctxt`` is the
-cell's id and the first 12 hex digits of the SHA-256 of its English source; ``msgid`` is that
-source and ``msgstr`` its translation. When an English cell changes, its entry no longer
+``FILE`` is an English notebook (``notebooks/NN_name.ipynb``) or document (``README.md``,
+``workshop/setup.md``); this module is the command, and the notebooks' half of it. The
+documents' half is tools/translate_documents.py; what both share (the catalogs, the checks,
+the glossary) is tools/translation.py.
+
+A notebook's catalog is a gettext PO file, ``notebooks/zh-CN/catalog/NN_name.po``, with one
+entry per English markdown cell and per code cell that has comments. An entry's ``msgctxt`` is
+the cell's id and the first 12 hex digits of the SHA-256 of its English source; ``msgid`` is
+that source and ``msgstr`` its translation. When an English cell changes, its entry no longer
 matches and ``check`` fails on it; ``extract`` then brings in the new English text and keeps
 the old translation, marked fuzzy with the English it translated (``#|`` lines), until a
 translator updates it and removes the flag. The cells that tools/sync_notebooks.py writes
@@ -19,50 +25,64 @@ Chinese form itself.
 
 ``check`` holds every translation to its English cell: the inline code spans, fenced code
 blocks, formulas and link targets of a markdown cell must be the English ones (as multisets;
-a python block may translate its comments), a code cell's code must be the English code token
-for token once comments are removed, and each term of the glossary's Chinese table
+a python or shell block may translate its comments), a code cell's code must be the English
+code token for token once comments are removed, and each term of the glossary's Chinese table
 (``workshop/glossary.md``) that the English uses must appear as its Chinese term.
 
 ``build`` writes each notebook that has a catalog: the English cells, ids and metadata, with
 markdown from the catalog, code from the catalog where it has an entry and else the English
-code. Relative links are rewritten for the folder (``../README.md`` -> ``../../README.md``,
-or to a Chinese counterpart listed in ``COUNTERPARTS``); a link to another notebook stays a
-sibling link when that notebook has a Chinese edition, else it points to the English one.
-Outputs of code cells whose code did not change are kept, so build never wipes what
-tools/run_notebooks.py made; run that on a notebook whose code cells changed.
+code. Relative links are rewritten for the folder (``../helpers/x.py`` ->
+``../../helpers/x.py``, or to a Chinese counterpart listed in ``COUNTERPARTS``, the documents
+of the edition); a link to another notebook stays a sibling link when that notebook has a
+Chinese edition, else it points to the English one. Outputs of code cells whose code did not
+change are kept, so build never wipes what tools/run_notebooks.py made; run that on a notebook
+whose code cells changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
-import io
 import posixpath
 import re
 import sys
-import tokenize
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import polib
+import translate_documents
 from course import NOTEBOOKS, ROOT, launch_links, read, repository_url, title, write
 from sync_notebooks import BADGES_TAG, NEXT_TAG, SETUP_TAG, setup_source
+from translate_documents import CHINESE_DOCUMENTS
+from translation import (  # noqa: F401 (code_without_comments, glossary_terms: the tests')
+    GLOSSARY,
+    LANGUAGE,
+    NOTEBOOK_CATALOGS,
+    SCHEME,
+    check_code,
+    check_markdown,
+    code_without_comments,
+    entries_by_key,
+    glossary_terms,
+    has_comments,
+    load_catalog,
+    merge,
+    not_terms,
+    rewrite_links,
+    source_hash,
+    split_context,
+    stale_or_untranslated,
+)
+from translation import translated_notebooks as translated_names
 
-LANGUAGE = "zh_CN"
 FOLDER = "notebooks/zh-CN"
 ZH_NOTEBOOKS = ROOT / FOLDER
-CATALOGS = ZH_NOTEBOOKS / "catalog"
-GLOSSARY = ROOT / "workshop" / "glossary.md"
-GLOSSARY_HEADING = "## 简体中文术语"
+CATALOGS = NOTEBOOK_CATALOGS
 GENERATED_TAGS = (BADGES_TAG, SETUP_TAG, NEXT_TAG)
-HASH_DIGITS = 12
 
-COUNTERPARTS: dict[str, str] = {}
-"""A page's repository path -> its Chinese counterpart's, once that exists (for example
-``"README.md": "README.zh-CN.md"``): links to it from a Chinese notebook point there."""
+COUNTERPARTS: dict[str, str] = CHINESE_DOCUMENTS
+"""A page's repository path -> its Chinese counterpart's (translate_documents): links to it
+from a Chinese notebook point there (``../README.md`` -> ``../../README.zh-CN.md``)."""
 
 LINK_NAMES = {"Open in Colab": "在 Colab 中打开", "Launch Binder": "在 Binder 中启动"}
 BADGES_LABEL = "**在线运行：**"
@@ -80,12 +100,7 @@ CODE_NOTE = "code cell: only its comments may be translated; the code must stay 
 MARKDOWN_NOTE = "markdown cell"
 
 
-# ------------------------------------------------------------------ cells and code
-def source_hash(source: str) -> str:
-    """The first 12 hex digits of the SHA-256 of a cell's English source."""
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:HASH_DIGITS]
-
-
+# ------------------------------------------------------------------ cells
 def context(cell) -> str:
     """An entry's ``msgctxt``: ``"<cell id> <source hash>"``."""
     return f"{cell.id} {source_hash(cell.source)}"
@@ -98,33 +113,6 @@ def tags(cell) -> list[str]:
 def generated(cell) -> bool:
     """A cell that tools/sync_notebooks.py writes (and this tool writes in Chinese)."""
     return any(tag in tags(cell) for tag in GENERATED_TAGS)
-
-
-def _tokens(source: str) -> list[tokenize.TokenInfo]:
-    return list(tokenize.generate_tokens(io.StringIO(source).readline))
-
-
-def has_comments(source: str) -> bool:
-    """Whether Python ``source`` has a comment (found by tokenize, never in a string)."""
-    try:
-        return any(token.type == tokenize.COMMENT for token in _tokens(source))
-    except (tokenize.TokenError, SyntaxError):
-        return False
-
-
-def code_without_comments(source: str) -> list[tuple[int, str, int]]:
-    """``source``'s tokens without comments and line breaks: (type, text, line). Raises
-    ``SyntaxError`` when it does not tokenize."""
-    try:
-        tokens = _tokens(source)
-    except tokenize.TokenError as error:
-        raise SyntaxError(str(error)) from error
-    skipped = (tokenize.COMMENT, tokenize.NL, tokenize.ENDMARKER)
-    return [
-        (t.type, "" if t.type == tokenize.NEWLINE else t.string, t.start[0])
-        for t in tokens
-        if t.type not in skipped
-    ]
 
 
 def needs_entry(cell) -> bool:
@@ -141,66 +129,7 @@ def describe(cell_id: str, source: str) -> str:
     return f"cell {cell_id} ({first[:50]!r})"
 
 
-# ------------------------------------------------------------------ markdown
-FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})([^\n`]*)\n(.*?)^[ \t]*\1[ \t]*$", re.M | re.S)
-CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
-DISPLAY_MATH = re.compile(r"(?<!\\)\$\$(.+?)(?<!\\)\$\$", re.S)
-INLINE_MATH = re.compile(r"(?<![\\$])\$(?![\s$])([^$\n]+?)(?<![\s\\])\$(?!\$)")
-INLINE_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-REFERENCE_LINK = re.compile(
-    r"^[ \t]*\[[^\]\n]+\]:[ \t]*<?(\S+?)>?(?:[ \t]+\"[^\"]*\")?[ \t]*$", re.M
-)
-HTML_LINK = re.compile(r"\b(?:href|src)\s*=\s*[\"']([^\"']+)[\"']")
-EXTERNAL_LINK_TEXT = re.compile(r"\[([^\]\n]*)\]\((?:https?:|mailto:)[^)]*\)")
-HTML_TAG = re.compile(r"</?[A-Za-z][^>\n]*>")
-SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-@dataclass
-class Markdown:
-    """What a translation of a markdown cell must keep, and its prose."""
-
-    fences: Counter
-    fence_text: dict
-    code_spans: Counter
-    formulas: Counter
-    links: list[str]
-    prose: str
-
-
-def _fence_key(info: str, body: str) -> tuple:
-    """A fenced block as it is compared: a python block by its code without comments."""
-    language = info.strip().split(" ")[0].lower() if info.strip() else ""
-    if language in ("python", "py", "python3"):
-        try:
-            return (language, tuple((kind, text) for kind, text, _ in code_without_comments(body)))
-        except SyntaxError:
-            pass
-    return (language, body)
-
-
-def parse_markdown(source: str) -> Markdown:
-    """The fenced blocks, code spans, formulas and link targets of a markdown cell, each
-    taken out before the next is looked for (a ``$`` in code is no formula), and what is left:
-    its prose, without link targets and HTML tags."""
-    fences, fence_text = Counter(), {}
-    for match in FENCE.finditer(source):
-        key = _fence_key(match.group(2), match.group(3))
-        fences[key] += 1
-        fence_text.setdefault(key, match.group(0).strip().splitlines()[0] + " ...")
-    rest = FENCE.sub("\n", source)
-    code_spans = Counter(match.group(2) for match in CODE_SPAN.finditer(rest))
-    rest = CODE_SPAN.sub(" \x00 ", rest)
-    formulas = Counter(f"$${m.group(1)}$$" for m in DISPLAY_MATH.finditer(rest))
-    rest = DISPLAY_MATH.sub(" \x00 ", rest)
-    formulas += Counter(f"${m.group(1)}$" for m in INLINE_MATH.finditer(rest))
-    rest = INLINE_MATH.sub(" \x00 ", rest)
-    links = [m.group(1) for pattern in (INLINE_LINK, REFERENCE_LINK, HTML_LINK)
-             for m in pattern.finditer(rest)]  # fmt: skip
-    prose = HTML_TAG.sub(" ", REFERENCE_LINK.sub(" ", INLINE_LINK.sub("]", rest)))
-    return Markdown(fences, fence_text, code_spans, formulas, links, prose)
-
-
+# ------------------------------------------------------------------ links
 def chinese_target(target: str, translated: set[str]) -> str:
     """Where a link of an English notebook points from ``notebooks/zh-CN/``: a notebook with
     a Chinese edition (in ``translated``) stays a sibling, any other relative target gets one
@@ -217,66 +146,7 @@ def chinese_target(target: str, translated: set[str]) -> str:
 
 def localize_links(source: str, translated: set[str]) -> str:
     """``source`` with each link target rewritten by ``chinese_target`` (code untouched)."""
-    protected: list[str] = []
-
-    def keep(match: re.Match) -> str:
-        protected.append(match.group(0))
-        return f"\x00{len(protected) - 1}\x00"
-
-    text = CODE_SPAN.sub(keep, FENCE.sub(keep, source))
-
-    def rewrite(match: re.Match) -> str:
-        start, end = match.span(1)
-        whole, offset = match.group(0), match.start(0)
-        new = chinese_target(match.group(1), translated)
-        return whole[: start - offset] + new + whole[end - offset :]
-
-    for pattern in (INLINE_LINK, REFERENCE_LINK, HTML_LINK):
-        text = pattern.sub(rewrite, text)
-    for _ in range(2):  # a code span may hold a fence's placeholder
-        text = re.sub(r"\x00(\d+)\x00", lambda m: protected[int(m.group(1))], text)
-    return text
-
-
-# ------------------------------------------------------------------ glossary
-@dataclass(frozen=True)
-class Term:
-    english: str
-    chinese: tuple[str, ...]  # the term first, then other accepted forms
-    pattern: re.Pattern
-
-
-def glossary_terms(path: Path = GLOSSARY) -> list[Term]:
-    """The glossary's Chinese table (``## 简体中文术语``): ``| English | 中文 | ... |`` rows,
-    longest English term first. ``中文`` may list accepted forms: ``学习率调度器 / 调度器``."""
-    text = path.read_text(encoding="utf-8")
-    if GLOSSARY_HEADING not in text:
-        raise ValueError(f"{path.name} has no section {GLOSSARY_HEADING!r}")
-    section = text.split(GLOSSARY_HEADING, 1)[1].split("\n## ", 1)[0]
-    terms = []
-    for line in section.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if not line.lstrip().startswith("|") or len(cells) < 2 or set(cells[0]) <= set("-: "):
-            continue
-        if cells[0] == "English":
-            continue
-        english = cells[0].strip("`")
-        forms = tuple(form.strip().strip("`") for form in cells[1].split(" / ") if form.strip())
-        pattern = re.compile(rf"(?<![\w-]){re.escape(english.lower())}(?:e?s)?(?![\w-])")
-        terms.append(Term(english, forms, pattern))
-    return sorted(terms, key=lambda term: -len(term.english))
-
-
-def terms_used(prose: str, terms: list[Term]) -> list[Term]:
-    """The terms ``prose`` uses, each occurrence counted for its longest term only ("leaf
-    tensor", not also "tensor"); link texts of web pages (their own titles) are left out."""
-    text = EXTERNAL_LINK_TEXT.sub(" ", prose).lower()
-    used = []
-    for term in terms:
-        if term.pattern.search(text):
-            used.append(term)
-            text = term.pattern.sub(" \x01 ", text)
-    return used
+    return rewrite_links(source, lambda target: chinese_target(target, translated))
 
 
 # ------------------------------------------------------------------ catalogs
@@ -285,178 +155,30 @@ def catalog_path(name: str) -> Path:
     return CATALOGS / f"{Path(name).stem}.po"
 
 
-def split_context(msgctxt: str | None) -> tuple[str, str] | None:
-    parts = (msgctxt or "").split(" ")
-    if len(parts) != 2 or not re.fullmatch(rf"[0-9a-f]{{{HASH_DIGITS}}}", parts[1]):
-        return None
-    return parts[0], parts[1]
-
-
-def new_catalog(name: str) -> polib.POFile:
-    catalog = polib.POFile(wrapwidth=0)
-    catalog.header = (
-        f"Simplified Chinese translation of notebooks/{name}.\n"
-        "Generated by tools/translate_notebooks.py extract; translate each msgstr, then run\n"
-        "tools/translate_notebooks.py check and build (README, For contributors)."
-    )
-    catalog.metadata = {
-        "Project-Id-Version": f"gradient-mechanics {Path(name).stem}",
-        "Language": LANGUAGE,
-        "MIME-Version": "1.0",
-        "Content-Type": "text/plain; charset=UTF-8",
-        "Content-Transfer-Encoding": "8bit",
-    }
-    return catalog
-
-
-def load_catalog(path: Path) -> polib.POFile:
-    return polib.pofile(str(path), wrapwidth=0)
-
-
 def entries_by_id(catalog: polib.POFile) -> dict[str, polib.POEntry]:
-    found = {}
-    for entry in catalog:
-        key = split_context(entry.msgctxt)
-        if key is not None and not entry.obsolete:
-            found.setdefault(key[0], entry)
-    return found
+    return entries_by_key(catalog)
 
 
 def extract(english: Path, path: Path | None = None) -> dict[str, int]:
-    """Create or update the catalog of the English notebook ``english``: an empty entry for
-    each new cell, a changed cell's entry fuzzy with its old translation and the English it
-    translated (``previous_msgid``), a removed cell's translated entry obsolete. Returns how
-    many entries are ``new``, ``stale`` and ``unchanged``."""
+    """Create or update the catalog of the English notebook ``english`` (translation.merge):
+    one entry per markdown cell and per code cell with comments, keyed by the cell's id.
+    Returns how many entries are ``new``, ``stale`` and ``unchanged``."""
+    pieces = [
+        (cell.id, cell.source, MARKDOWN_NOTE if cell.cell_type == "markdown" else CODE_NOTE)
+        for cell in read(english).cells
+        if needs_entry(cell)
+    ]
     path = path or catalog_path(english.name)
-    old = load_catalog(path) if path.exists() else new_catalog(english.name)
-    current = entries_by_id(old)
-    by_source = {e.msgid: e.msgstr for e in old if e.msgstr and "fuzzy" not in e.flags}
-    catalog = new_catalog(english.name)
-    catalog.header, catalog.metadata = (
-        old.header or catalog.header,
-        old.metadata or catalog.metadata,
-    )
-    counts = Counter(new=0, stale=0, unchanged=0)
-    used = set()
-    for cell in read(english).cells:
-        if not needs_entry(cell):
-            continue
-        note = MARKDOWN_NOTE if cell.cell_type == "markdown" else CODE_NOTE
-        entry = polib.POEntry(msgctxt=context(cell), msgid=cell.source, msgstr="", comment=note)
-        previous = current.get(cell.id)
-        if previous is not None:
-            used.add(id(previous))
-        if previous is not None and previous.msgctxt == entry.msgctxt:
-            if previous.msgid == cell.source:
-                previous.comment = note
-                if "fuzzy" not in previous.flags:  # done: the old English is no longer needed
-                    previous.previous_msgid = previous.previous_msgctxt = None
-                catalog.append(previous)
-                counts["unchanged"] += 1
-                continue
-        if previous is not None and previous.msgstr:
-            entry.msgstr = previous.msgstr
-            entry.flags = ["fuzzy"]
-            fuzzy_before = "fuzzy" in previous.flags and previous.previous_msgid is not None
-            entry.previous_msgid = previous.previous_msgid if fuzzy_before else previous.msgid
-            entry.previous_msgctxt = previous.previous_msgctxt if fuzzy_before else previous.msgctxt
-            counts["stale"] += 1
-        elif cell.source in by_source:  # the same English text under another cell id
-            entry.msgstr = by_source[cell.source]
-            counts["unchanged"] += 1
-        else:
-            counts["new"] += 1
-        catalog.append(entry)
-    kept_sources = {entry.msgid for entry in catalog}
-    for entry in old:
-        if id(entry) not in used and entry.msgstr and entry.msgid not in kept_sources:
-            entry.obsolete = True
-            catalog.append(entry)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    catalog.save(str(path))
-    return dict(counts)
+    return merge(path, pieces, f"notebooks/{english.name}", english.stem)
 
 
 # ------------------------------------------------------------------ check
-def translated_names(catalogs: Path = CATALOGS) -> set[str]:
-    """The English notebooks (file names) that have a catalog."""
-    return {f"{path.stem}.ipynb" for path in catalogs.glob("[0-9][0-9]_*.po")}
-
-
-def _multiset_problems(kind: str, english: Counter, chinese: Counter, shown=None) -> list[str]:
-    """One line per kind: what the translation dropped or changed, and what it has instead."""
-    shown = shown or {}
-
-    def listed(items: Counter) -> str:
-        return ", ".join(repr(shown.get(item, item)) + _times(n) for item, n in items.items())
-
-    missing, extra = english - chinese, chinese - english
-    if missing:
-        instead = f"; it has {listed(extra)} instead" if extra else ""
-        return [f"drops or changes the {kind} {listed(missing)}{instead}"]
-    if extra:
-        return [f"has the {kind} {listed(extra)}, which the English has not"]
-    return []
-
-
-def _times(count: int) -> str:
-    return f" ({count} times)" if count > 1 else ""
-
-
-def check_markdown(
-    english: str, chinese: str, translated: set[str], terms: list[Term]
-) -> list[str]:
-    """What is wrong with ``chinese`` as the translation of markdown ``english``."""
-    en, zh = parse_markdown(english), parse_markdown(chinese)
-    problems = _multiset_problems("code span", en.code_spans, zh.code_spans)
-    shown = {**zh.fence_text, **en.fence_text}
-    problems += _multiset_problems("fenced code block", en.fences, zh.fences, shown)
-    problems += _multiset_problems("formula", en.formulas, zh.formulas)
-    en_links = Counter(chinese_target(t, translated) for t in en.links)
-    zh_links = Counter(chinese_target(t, translated) for t in zh.links)
-    link_problems = _multiset_problems("link target", en_links, zh_links)
-    if link_problems:
-        link_problems[-1] += " (keep the English targets: build rewrites them for zh-CN)"
-    problems += link_problems
-    if chinese.strip() == english.strip() and re.search(r"[A-Za-z]{3,}", en.prose):
-        problems.append("is the English text: not translated")
-        return problems
-    for term in terms_used(en.prose, terms):
-        if not any(form.lower() in zh.prose.lower() for form in term.chinese):
-            problems.append(
-                f"the English says {term.english!r}: use the glossary's term "
-                f"{' or '.join(term.chinese)} (workshop/glossary.md, {GLOSSARY_HEADING[3:]})"
-            )
-    return problems
-
-
-def check_code(english: str, chinese: str) -> list[str]:
-    """What is wrong with ``chinese`` as ``english`` with translated comments."""
-    try:
-        zh = code_without_comments(chinese)
-    except SyntaxError as error:
-        return [f"the translated code does not tokenize: {error}"]
-    en = code_without_comments(english)
-    if [t[:2] for t in en] == [t[:2] for t in zh]:
-        return []
-    index = next(
-        (i for i, (a, b) in enumerate(zip(en, zh, strict=False)) if a[:2] != b[:2]),
-        min(len(en), len(zh)),
-    )
-    en_line = english.splitlines()[en[index][2] - 1] if index < len(en) else "(end)"
-    zh_line = chinese.splitlines()[zh[index][2] - 1] if index < len(zh) else "(end)"
-    return [
-        "the code differs from the English beyond its comments: the English has "
-        f"{en_line.strip()!r} where the translation has {zh_line.strip()!r}"
-    ]
-
-
 def check_catalog(
     english: nbformat.NotebookNode,
     catalog: polib.POFile,
     name: str,
     translated: set[str],
-    terms: list[Term],
+    terms: list,
 ) -> list[str]:
     """Every problem of ``catalog`` against English notebook ``name``, each a line that
     names the notebook and the cell."""
@@ -495,19 +217,19 @@ def check_catalog(
         if not needs_entry(cell):
             add(label, "the English code has no comments, nothing to translate: run extract")
             continue
-        if digest != source_hash(cell.source) or entry.msgid != cell.source:
-            add(label, f"stale: the English cell changed since {digest}; run extract {name}, "
-                "then update the translation and remove its fuzzy flag")  # fmt: skip
-            continue
-        if "fuzzy" in entry.flags:
-            add(label, "fuzzy: the English cell changed (its old text is in the #| lines); "
-                "update the translation, then remove the fuzzy flag")  # fmt: skip
-            continue
-        if not entry.msgstr.strip():
-            add(label, "not translated yet")
+        unusable = stale_or_untranslated(entry, cell.source, digest, f"extract {name}", "cell")
+        if unusable:
+            add(label, unusable)
             continue
         if cell.cell_type == "markdown":
-            found = check_markdown(cell.source, entry.msgstr, translated, terms)
+            found = check_markdown(
+                cell.source,
+                entry.msgstr,
+                terms,
+                lambda t: chinese_target(t, translated),
+                FOLDER,
+                not_terms(entry),
+            )
         else:
             found = check_code(cell.source, entry.msgstr)
         for message in found:
@@ -682,27 +404,53 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     extracting = commands.add_parser("extract", help="create or update catalogs")
-    extracting.add_argument("notebooks", nargs="*", type=Path, help="English notebooks")
+    extracting.add_argument(
+        "files", nargs="*", type=Path, help="English notebooks (.ipynb) or documents (.md)"
+    )
     commands.add_parser("check", help="list every problem of the catalogs")
-    building = commands.add_parser("build", help="write notebooks/zh-CN/")
+    building = commands.add_parser("build", help="write notebooks/zh-CN/ and the documents")
     building.add_argument("--check", action="store_true", help="only compare, write nothing")
     args = parser.parse_args(argv)
     if args.command == "extract":
-        names = [p.name for p in args.notebooks] or sorted(translated_names())
-        for name in names:
-            english = NOTEBOOKS / name
-            if not english.exists():
-                parser.error(f"no English notebook notebooks/{name}")
-            counts = extract(english)
-            print(f"{catalog_path(name).relative_to(ROOT)}: {counts['new']} new, "
-                  f"{counts['stale']} stale (fuzzy), {counts['unchanged']} unchanged")  # fmt: skip
-        return 0
-    problems = check() if args.command == "check" else build(check_only=args.check)
+        return _extract(parser, args.files)
+    if args.command == "check":
+        problems = check() + translate_documents.check()
+    else:
+        problems = build(check_only=args.check) + translate_documents.build(args.check)
     for problem in problems:
         print(problem)
     if problems:
         print(f"{len(problems)} problem(s)", file=sys.stderr)
         return 1
+    return 0
+
+
+def _extract(parser: argparse.ArgumentParser, files: list[Path]) -> int:
+    """``extract``: the catalogs of ``files``, or of every notebook and document that has one."""
+    edition = translate_documents.EDITION
+    if not files:
+        files = [NOTEBOOKS / name for name in sorted(translated_names())]
+        files += [edition.root / english for english in edition.documents]
+    for file in files:
+        if file.suffix == ".ipynb":
+            english = NOTEBOOKS / file.name
+            if not english.exists():
+                parser.error(f"no English notebook notebooks/{file.name}")
+            counts, shown = extract(english), catalog_path(file.name).relative_to(ROOT)
+        else:
+            try:
+                english = file.resolve().relative_to(edition.root).as_posix()
+            except ValueError:
+                parser.error(f"{file} is not in the repository")
+            if english not in edition.documents:
+                parser.error(
+                    f"{english} is not a document of the Chinese edition: add it to "
+                    "CHINESE_DOCUMENTS in tools/translate_documents.py"
+                )
+            counts = translate_documents.extract(english, edition)
+            shown = edition.shown(edition.catalog(english))
+        print(f"{shown}: {counts['new']} new, "
+              f"{counts['stale']} stale (fuzzy), {counts['unchanged']} unchanged")  # fmt: skip
     return 0
 
 

@@ -335,7 +335,7 @@ def test_a_notebook_with_a_catalog_is_linked_as_a_sibling_under_its_chinese_titl
     assert "[the next notebook]" not in cells["prose"].source
     assert "](01_next.ipynb)" in cells["prose"].source
     last = read(course.out / "01_next.ipynb").cells[-1].source
-    assert "最后一个 notebook" in last and "](../../README.md)" in last
+    assert "最后一个 notebook" in last and "](../../README.zh-CN.md)" in last, "COUNTERPARTS"
 
 
 def test_build_keeps_outputs_of_unchanged_code_and_check_ignores_outputs(course):
@@ -380,13 +380,16 @@ def test_links_from_the_chinese_folder():
     assert tn.chinese_target("01_next.ipynb", translated) == "01_next.ipynb"
     assert tn.chinese_target("01_next.ipynb#a", translated) == "01_next.ipynb#a"
     assert tn.chinese_target("02_x.ipynb", translated) == "../02_x.ipynb"
-    assert tn.chinese_target("../README.md", translated) == "../../README.md"
+    assert tn.chinese_target("../README.md", translated) == "../../README.zh-CN.md"
+    assert tn.chinese_target("../workshop/glossary.md#x", translated) == (
+        "../../workshop/glossary.md#x"
+    )
     assert tn.chinese_target("../helpers/plots.py", translated) == "../../helpers/plots.py"
     for unchanged in ("https://pytorch.org/x", "#section", "mailto:a@b.c"):
         assert tn.chinese_target(unchanged, translated) == unchanged
     source = "[a](../README.md) `[b](../README.md)` <a href='../x.md'>c</a>"
     assert tn.localize_links(source, translated) == (
-        "[a](../../README.md) `[b](../README.md)` <a href='../../x.md'>c</a>"
+        "[a](../../README.zh-CN.md) `[b](../README.md)` <a href='../../x.md'>c</a>"
     )
 
 
@@ -411,3 +414,30 @@ def test_the_chinese_setup_cell_has_no_english_comment_and_runs_the_same_code():
     assert tn.code_without_comments(without_language) == tn.code_without_comments(english)
     with pytest.raises(ValueError, match=r"comments takes the keys \['auditor_path', 'keep"):
         sync_notebooks.setup_source(URL, "00_demo.ipynb", comments={"torch": "x"})
+
+
+def test_the_command_checks_and_builds_the_documents_too(monkeypatch, capsys):
+    """``check`` and ``build`` cover notebooks and documents (tools/translate_documents.py,
+    tested in test_translate_documents.py); ``extract`` takes either."""
+    import translate_documents
+
+    calls = []
+
+    def documents_check():
+        calls.append("check")
+        return ["README.po: a document's problem"]
+
+    def documents_build(check_only=False):
+        calls.append(("build", check_only))
+        return ["README.zh-CN.md: missing"]
+
+    monkeypatch.setattr(translate_documents, "check", documents_check)
+    monkeypatch.setattr(translate_documents, "build", documents_build)
+    assert tn.main(["check"]) == 1
+    assert capsys.readouterr().out == "README.po: a document's problem\n"
+    assert tn.main(["build", "--check"]) == 1
+    assert capsys.readouterr().out == "README.zh-CN.md: missing\n"
+    assert calls == ["check", ("build", True)]
+    with pytest.raises(SystemExit):
+        tn.main(["extract", str(ROOT / "workshop" / "glossary.md")])
+    assert "add it to CHINESE_DOCUMENTS" in capsys.readouterr().err
