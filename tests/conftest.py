@@ -33,33 +33,7 @@ def strict_checks(monkeypatch):
 # one. GM_CHINESE_RERUN=0 turns this off. (check_capstone's calls take longer and are not
 # rerun: tests/capstone/test_capstone.py judges its runs' results again in Chinese.)
 CHINESE_RERUN_SECONDS = 0.5
-CJK = re.compile(r"[\u4e00-\u9fff]")
-NAMED = re.compile(
-    r"`[^`]+`"  # a code span
-    r"|[A-Za-z_][\w.]*\([^()\s]*\)"  # a call such as backward() or scaler.step(optimizer)
-    r"|[A-Za-z_]\w*(?:\.\w+)+|\.\w+"  # a dotted name: optimizer.param_groups, .grad
-    r"|[A-Za-z]*_\w*"  # a name with an underscore: zero_grad, set_to_none
-    r"|(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?(?![\w])"  # a number
-)
-
-
-def named(message: str) -> set[str]:
-    """The code spans, identifiers and numbers a message names."""
-    return {token.rstrip(".") for token in NAMED.findall(message)} - {""}
-
-
-def chinese_differences(english, chinese) -> list[str]:
-    """How a verdict in Chinese falls short of the same verdict in English."""
-    if chinese.passed != english.passed:
-        return [f"passed {chinese.passed} in Chinese, {english.passed} in English"]
-    found = []
-    if english.message and not CJK.search(chinese.message):
-        found.append("the message is not Chinese")
-    lost = named(english.message) - named(chinese.message)
-    if lost:
-        found.append(f"the Chinese message lacks {sorted(lost)}")
-    return found
-
+from chinese_messages import CJK, chinese_differences, named  # noqa: E402
 
 # The same for the helpers' bad-input errors: a test that passed, took under
 # CHINESE_RERUN_SECONDS and caught with pytest.raises a ValueError or TypeError raised in

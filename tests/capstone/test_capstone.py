@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from chinese_messages import chinese_differences
 
 from helpers import learner_code
 from helpers.capstone import capstone_run, checkers_09
@@ -23,7 +24,6 @@ from helpers.capstone.checkers_09 import check_capstone, check_gradient_allreduc
 from helpers.processes import run_ranks
 from helpers.processes.launcher import STACKS_ON_STOP
 from helpers.spies import ClipSpy
-from tests.conftest import chinese_differences
 
 HEADER = """\
 import contextlib

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from chinese_messages import CJK, named
 
 from helpers.claims import check
 from helpers.report import below, pad, width
 from helpers.setup_check.environment import CheckLine, torch_line
 from helpers.versions import why_it_cannot_run
 from helpers.zero_grad_internals.optimizer_steps import SecondStep, format_second_steps
-from tests.conftest import CJK, named
 
 
 @pytest.fixture
