@@ -62,7 +62,8 @@ SANITIZER = ROOT / "tools" / "torch_message_texts.cfg"
 # What the notebooks and nbval need, by name, from the course's own requirement files
 # (JupyterLab too: notebook 00's report fails without it).
 COURSE_PACKAGES = ("jupyterlab", "matplotlib", "ipywidgets")
-TEST_PACKAGES = ("pytest", "pytest-xdist", "nbval", "nbformat", "jupyter_client")
+# polib: the notebook checks import tools/build_site.py, which reads the Chinese catalogs.
+TEST_PACKAGES = ("pytest", "pytest-xdist", "nbval", "nbformat", "jupyter_client", "polib")
 NEWEST_TESTS = ("tests/course/test_notebooks.py",)
 MARKERS = "not browser and not colab"  # the default run's, with torch_range
 

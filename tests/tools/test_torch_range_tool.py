@@ -74,6 +74,7 @@ def test_it_installs_what_the_notebooks_and_nbval_need_from_the_course_files_les
         "nbval",
         "nbformat",
         "jupyter_client",
+        "polib",
     ]
     assert not any(spec.startswith("torch") for spec in course + tests)
     with pytest.raises(ValueError, match=r"requirements\.txt names no nosuchpackage"):
