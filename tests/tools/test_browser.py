@@ -191,11 +191,12 @@ def run_all_until_it_starts(driver, attempts: int = 3) -> None:
                 raise AssertionError(f"Run All Cells started nothing in {attempts} tries") from None
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
+def open_in_lab(browser, lab, path):
+    """Open notebook ``path`` in JupyterLab and wait for its cells and an idle kernel; its
+    notebook as read from disk."""
     base, token = lab
     nb = read(path)
-    browser.get(f"{base}/lab/tree/notebooks/{path.name}?token={token}")
+    browser.get(f"{base}/lab/tree/{path.relative_to(ROOT).as_posix()}?token={token}")
     wait_for(lambda: len(cells(browser)) == len(nb.cells), 60, "the notebook's cells")
     wait_for(
         lambda: "Idle" in browser.find_element(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator")
@@ -203,6 +204,12 @@ def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
         60,
         "the kernel to be ready",
     )  # fmt: skip
+    return nb
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
+    nb = open_in_lab(browser, lab, path)
     check_the_setup_cell_is_folded_under_its_title(browser, nb, path)
     started = time.monotonic()
     run_all_until_it_starts(browser)
@@ -235,7 +242,7 @@ def test_notebook_runs_in_jupyterlab_in_a_real_browser(lab, browser, path):
     if path.name in WIDGET_NOTEBOOKS:
         check_a_slider_moves_its_output(browser, path)
     print(f"{path.name}: ran in {seconds:.1f} s in the browser")
-    shut_down_kernels(base, token)
+    shut_down_kernels(*lab)
 
 
 def check_the_setup_cell_is_folded_under_its_title(driver, nb, path) -> None:
@@ -285,17 +292,8 @@ def test_a_chinese_notebook_answers_a_wrong_answer_with_a_chinese_hint(lab, brow
     """The Chinese edition in JupyterLab, as a learner meets it: the setup cell, folded under
     its Chinese title, runs first (it sets GM_LANG=zh_CN); then an exercise given a wrong
     answer gets its checker's verdict and hint in Chinese."""
-    base, token = lab
     path = ROOT / "notebooks" / "zh-CN" / "01_autograd_accumulates.ipynb"
-    nb = read(path)
-    browser.get(f"{base}/lab/tree/notebooks/zh-CN/{path.name}?token={token}")
-    wait_for(lambda: len(cells(browser)) == len(nb.cells), 60, "the notebook's cells")
-    wait_for(
-        lambda: "Idle" in browser.find_element(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator")
-        .get_attribute("data-status").capitalize(),
-        60,
-        "the kernel to be ready",
-    )  # fmt: skip
+    nb = open_in_lab(browser, lab, path)
     [setup] = cells_tagged(nb, sync_notebooks.SETUP_TAG)
     placeholder = cells(browser)[setup].find_element(By.CSS_SELECTOR, ".jp-InputPlaceholder")
     assert "课程设置" in placeholder.text, placeholder.text
@@ -338,4 +336,4 @@ def test_a_chinese_notebook_answers_a_wrong_answer_with_a_chinese_hint(lab, brow
     hint = shown.removeprefix(not_yet)
     assert len(re.findall(r"[\u4e00-\u9fff]", hint)) > 10, f"the hint is not Chinese: {shown}"
     assert "backward" in hint and "That is" not in hint, shown
-    shut_down_kernels(base, token)
+    shut_down_kernels(*lab)
