@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from helpers.arguments import positive_int
-from helpers.processes.launcher import STACKS_ON_STOP
+from helpers.processes.launch_server import LAUNCH_SERVER, ServedLauncher
+from helpers.processes.launcher import FORK_RANKS, STACKS_ON_STOP
 from helpers.translation import _
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,15 +123,7 @@ def launch(
         env.setdefault("GLOO_SOCKET_IFNAME", "lo0")  # gloo on macOS: use the loopback
     for attempt in (1, 2):  # a port found free can be taken before rank 0 binds it
         command = launcher_command(module, nproc, args, free_port(), finish_grace, preload)
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # its own process group: one kill reaches every rank
-        )
+        process = start_launcher(command, env, tuple(preload))
         try:
             output, _errors = process.communicate(timeout=timeout)
         except BaseException as error:  # timeout, Ctrl-C, kernel interrupt: no stray ranks
@@ -150,6 +143,27 @@ def launch(
             f"{first_error(output)}{_collective_hint(output)}"
         )
     return output
+
+
+def start_launcher(command: list[str], env: dict[str, str], preload: tuple[str, ...]):
+    """Start ``command`` (``launcher_command``'s): a process of its own, in its own process
+    group, whose output (stdout and stderr) ``communicate`` returns as text; forked by a launch
+    server instead where ``env`` names a folder for one (Linux only)."""
+    folder = env.get(LAUNCH_SERVER)
+    if folder and FORK_RANKS and os.path.isdir(folder):
+        try:
+            return ServedLauncher(folder, command[3:], env, str(ROOT), preload)
+        except OSError:
+            pass  # no server: a process of its own, as without one
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: one kill reaches every rank
+    )
 
 
 COLLECTIVE_FAILURES = ("Timed out waiting", "Connection closed by peer", "timed out after")

@@ -260,6 +260,7 @@ def test_a_run_over_time_is_stopped_with_all_its_ranks(tmp_path, monkeypatch, ca
     (tmp_path / "idle_ranks.py").write_text(IDLE_RANKS, encoding="utf-8")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("GM_RANK_STACKS", "1")
+    monkeypatch.setenv("GM_LAUNCH_SERVER", "")  # the launcher a notebook starts (ranks by command)
     marker = str(tmp_path / "timeout-run")  # in the ranks' command line (forks of the launcher)
     with pytest.raises(RuntimeError, match="took over 12 s and was stopped"):
         launch("idle_ranks", [marker], timeout=12, preload=("torch.distributed",))
@@ -276,6 +277,7 @@ def test_ranks_end_when_the_launching_kernel_is_killed(tmp_path):
          f"launch('helpers.at_scale.ddp_accumulation', ['--out={marker}', '--repeats=1000000'], "
          "timeout=300)"],
         cwd=ROOT_DIR,
+        env=dict(os.environ, GM_LAUNCH_SERVER=""),  # as in a notebook: no launch server
     )  # fmt: skip
     try:
         # the kernel, the launcher and both ranks (forks of the launcher) carry the marker

@@ -83,6 +83,13 @@ print(json.dumps(results))
 """
 
 
+@pytest.fixture(autouse=True)
+def no_launch_server(monkeypatch):
+    """The launcher as a notebook starts it, a process of its own: the test session's launch
+    servers (tools/shared_launch_server.py) have tests of their own, test_launch_server.py."""
+    monkeypatch.setenv("GM_LAUNCH_SERVER", "")
+
+
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
     """Each program in PROGRAMS under the launcher: its exit status, stderr, working folder,
