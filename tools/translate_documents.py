@@ -61,9 +61,12 @@ from translation import (
 CHINESE_DOCUMENTS: dict[str, str] = {
     "README.md": "README.zh-CN.md",
     "workshop/setup.md": "workshop/zh-CN/setup.md",
-    "workshop/notes/00_setup_check.md": "workshop/zh-CN/notes/00_setup_check.md",
-    "workshop/notes/01_autograd_accumulates.md": "workshop/zh-CN/notes/01_autograd_accumulates.md",
-    "workshop/notes/02_zero_grad_internals.md": "workshop/zh-CN/notes/02_zero_grad_internals.md",
+    "workshop/glossary.md": "workshop/zh-CN/glossary.md",
+    # every notebook's instructor notes (tools/build_workshop.py makes the guide from them)
+    **{
+        f"workshop/notes/{note.name}": f"workshop/zh-CN/notes/{note.name}"
+        for note in sorted((ROOT / "workshop" / "notes").glob("*.md"))
+    },
 }
 """The documents of the Chinese edition: English path -> Chinese path, in the repository."""
 
