@@ -28,6 +28,7 @@ import math
 import posixpath
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -310,7 +311,7 @@ def load_edition(edition: Edition, english: list[Notebook] | None = None) -> lis
     if edition.language == "en":
         return english
     _refuse_missing([edition.notebooks / nb.name for nb in english], "")
-    words = WORDS[edition.language]
+    words = words_of(edition.language)
     return [translated(nb, edition.notebooks / nb.name, words) for nb in english]
 
 
@@ -355,7 +356,7 @@ def schedule(
     """Rows (start, end, teaching, exercises, what): the opening, each live section with a break
     between two blocks, the closing, in ``language``'s words and headings. Raises if they
     overrun the workshop."""
-    words, link = WORDS[language], linker(language)
+    words, link = words_of(language), linker(language)
     by_number = {nb.number: nb for nb in notebooks}
     missing = sorted({n for block in LIVE for n, _ in block} - set(by_number))
     if missing:
@@ -400,7 +401,14 @@ def reading_after(notebooks: list[Notebook]) -> list[tuple[Notebook, list[readin
     return after
 
 
-def linker(language: str):
+def words_of(language: str) -> dict:
+    """The guide's own words in ``language``: a language of ``WORDS``."""
+    if language not in WORDS:
+        raise ValueError(f"language must be one of {', '.join(WORDS)}, not {language!r}")
+    return WORDS[language]
+
+
+def linker(language: str) -> Callable[[str], str]:
     """How a link of the English guide (``workshop/instructor-guide.md``) is written in the
     guide of ``language``: as it is in English; in Chinese, rewritten by
     tools/translate_documents.py for ``workshop/zh-CN/``, to the Chinese notebook or document
@@ -430,7 +438,7 @@ GENERATED_LINE = re.compile(r"\A<!--.*?-->\n")  # the line a generated note star
 
 def notes_for(nb: Notebook, edition: Edition = ENGLISH) -> str:
     path = edition.notes / f"{Path(nb.name).stem}.md"
-    headings = WORDS[edition.language]["notes"]
+    headings = words_of(edition.language)["notes"]
     if not path.exists():
         if edition.language == "en":
             raise FileNotFoundError(f"write the instructor notes for {nb.name}: {path}")
@@ -445,7 +453,7 @@ def notes_for(nb: Notebook, edition: Edition = ENGLISH) -> str:
 def guide(notebooks: list[Notebook], edition: Edition = ENGLISH) -> str:
     """The guide of ``edition`` (its language's words, links and notes) for ``notebooks``, as
     ``load_edition`` gives them for that edition."""
-    words, link = WORDS[edition.language], linker(edition.language)
+    words, link = words_of(edition.language), linker(edition.language)
     if edition.language != "en":
         notes = [edition.notes / f"{Path(nb.name).stem}.md" for nb in notebooks]
         _refuse_missing(notes, " (it writes the notes from workshop/zh-CN/catalog/notes/)")

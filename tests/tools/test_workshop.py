@@ -358,6 +358,8 @@ def test_the_chinese_guides_words_translate_the_english_ones_with_the_glossarys_
     assert translate_documents.WRITTEN_ELSEWHERE[build_workshop.ENGLISH_GUIDE] == (
         build_workshop.CHINESE_GUIDE
     )
+    with pytest.raises(ValueError, match="language must be one of en, zh-CN, not 'zh'"):
+        build_workshop.schedule([], "zh")
 
 
 # --------------------------------------------------------- setup page, hub link
