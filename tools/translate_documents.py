@@ -26,6 +26,8 @@ such as a workshop note, which tools/build_workshop.py puts into the guide, has 
 are rewritten for the Chinese document's folder: to a Chinese counterpart where there is one
 (a document of ``CHINESE_DOCUMENTS``, a notebook of ``notebooks/zh-CN/``, also in a Binder or
 Colab link), with a heading's anchor changed to the Chinese heading's, else to the English.
+The Chinese instructor guide is written by tools/build_workshop.py (``WRITTEN_ELSEWHERE``):
+``build`` leaves it be, and links to the English guide go to it where it exists.
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ CHINESE_DOCUMENTS: dict[str, str] = {
     },
 }
 """The documents of the Chinese edition: English path -> Chinese path, in the repository."""
+WRITTEN_ELSEWHERE: dict[str, str] = {
+    # tools/build_workshop.py writes it from the Chinese notebooks and workshop notes
+    "workshop/instructor-guide.md": "workshop/zh-CN/instructor-guide.md",
+}
+"""Chinese documents that another tool writes (no catalog): English path -> Chinese path.
+``build`` leaves them be, and a link to the English one goes to the Chinese one where it
+exists (a link to a heading in it stays English: its anchors are the Chinese headings')."""
 
 FOLDER = "workshop/zh-CN"
 CATALOGS = ROOT / FOLDER / "catalog"
@@ -98,6 +107,7 @@ class Edition:
     catalogs: Path = CATALOGS
     glossary: Path = GLOSSARY
     notebook_catalogs: Path = NOTEBOOK_CATALOGS
+    elsewhere: dict[str, str] = field(default_factory=lambda: dict(WRITTEN_ELSEWHERE))
 
     def catalog(self, english: str) -> Path:
         """``README.md`` -> ``README.po``; ``workshop/notes/01_x.md`` -> ``notes/01_x.po``."""
@@ -365,6 +375,9 @@ def chinese_link(
     if in_repo in edition.documents:
         fragment = anchor_maps.get(in_repo, {}).get(fragment, fragment)
         in_repo = edition.documents[in_repo]
+    elif in_repo in edition.elsewhere:
+        if not hash_mark and (edition.root / edition.elsewhere[in_repo]).is_file():
+            in_repo = edition.elsewhere[in_repo]
     else:
         folder, name = posixpath.split(in_repo)
         if folder == "notebooks" and name in notebooks:
@@ -438,6 +451,7 @@ def build(check_only: bool = False, edition: Edition | None = None) -> list[str]
             target.write_text(made, encoding="utf-8")
     folder = edition.root / FOLDER
     written = {edition.root / chinese for chinese in edition.documents.values()}
+    written |= {edition.root / chinese for chinese in edition.elsewhere.values()}
     for path in sorted(folder.rglob("*.md")) if folder.exists() else []:
         if path not in written:
             problems.append(

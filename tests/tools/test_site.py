@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import build_site
+import build_workshop
 import pytest
 import site_assets
 import site_search
@@ -237,10 +238,15 @@ def test_chinese_documents_are_found_where_the_conventions_put_them(tmp_path, mo
     (tmp_path / "workshop" / "zh-CN").mkdir(parents=True)
     (tmp_path / "README.zh-CN.md").write_text("# 课程\n", encoding="utf-8")
     (tmp_path / "workshop" / "zh-CN" / "setup.md").write_text("# 环境\n", encoding="utf-8")
+    # the Chinese instructor guide, which tools/build_workshop.py writes
+    guide = tmp_path / "workshop" / "zh-CN" / "instructor-guide.md"
+    guide.write_text("# 讲师指南\n", encoding="utf-8")
     assert build_site.chinese_documents(tmp_path) == {
         tmp_path / "README.zh-CN.md": "zh-CN/index.html",
+        guide: "zh-CN/instructor-guide.html",
         tmp_path / "workshop" / "zh-CN" / "setup.md": "zh-CN/setup.html",
     }
+    assert guide.relative_to(tmp_path).as_posix() == build_workshop.CHINESE_GUIDE
     # The Chinese notebooks' list of counterparts, where it names one, wins.
     monkeypatch.setitem(translate_notebooks.COUNTERPARTS, "workshop/glossary.md", "docs/术语表.md")
     (tmp_path / "docs").mkdir()
@@ -255,14 +261,43 @@ def test_a_chinese_document_gets_the_switch_and_the_chinese_navigation():
     """With README.zh-CN.md and workshop/zh-CN/setup.md there, the English pages switch to
     them and the Chinese pages' navigation stays in Chinese (no second build needed)."""
     pages = {"index.html", "setup.html", "glossary.html", "03_x.html", "zh-CN/03_x.html",
-             "zh-CN/index.html", "zh-CN/setup.html"}  # fmt: skip
+             "zh-CN/index.html", "zh-CN/setup.html", "instructor-guide.html",
+             "zh-CN/instructor-guide.html"}  # fmt: skip
     assert build_site.counterpart("setup.html", pages) == ("zh-CN/setup.html", True)
     assert build_site.counterpart("glossary.html", pages) == ("zh-CN/index.html", False)
     assert build_site.counterpart("zh-CN/setup.html", pages) == ("setup.html", True)
+    for page in ("instructor-guide.html", "zh-CN/instructor-guide.html"):
+        other = page.removeprefix("zh-CN/") if "/" in page else f"zh-CN/{page}"
+        assert build_site.counterpart(page, pages) == (other, True)
     nav = BeautifulSoup(build_site._nav("zh-CN/setup.html", pages), "html.parser")
     links = {a.get_text(): a["href"] for a in nav.find_all("a")}
     assert links["环境配置"] == "setup.html" and links["术语表（英文）"] == "../glossary.html"
+    assert links["讲师指南"] == "instructor-guide.html"
     assert links["English"] == "../setup.html"
+
+
+def test_the_chinese_guide_page_links_to_the_chinese_pages_and_switches_to_the_english_guide():
+    """workshop/zh-CN/instructor-guide.md (tools/build_workshop.py writes it once every Chinese
+    note is there) as a page: its links, two folders down, reach the Chinese notebooks' pages."""
+    chinese = build_site.ROOT / build_workshop.CHINESE_GUIDE
+    by_source = {
+        chinese: "zh-CN/instructor-guide.html",
+        build_workshop.GUIDE: "instructor-guide.html",
+        build_site.ROOT / "workshop" / "zh-CN" / "setup.md": "zh-CN/setup.html",
+        CHINESE_NOTEBOOKS[1]: f"zh-CN/{CHINESE_NOTEBOOKS[1].stem}.html",
+    }
+    text = (
+        "# 讲师指南\n\nEnglish: [instructor-guide.md](../instructor-guide.md)\n\n"
+        f"[01](../../notebooks/zh-CN/{CHINESE_NOTEBOOKS[1].name}) 1. 计算图；[设置](setup.md)\n"
+    )
+    resolved = {path.resolve(): page for path, page in by_source.items()}
+    pages = set(by_source.values())
+    tree = build_site._markdown_page(text, chinese, by_source[chinese], "讲师指南", pages, resolved)
+    links = [a["href"] for a in tree.select("main a[href]")]
+    assert links == ["../instructor-guide.html", f"{CHINESE_NOTEBOOKS[1].stem}.html", "setup.html"]
+    [switch] = tree.select("nav.course a.course-language")
+    assert (switch["href"], switch["data-counterpart"]) == ("../instructor-guide.html", "true")
+    assert tree.html["lang"] == "zh-CN" and tree.h1["id"] == "讲师指南"
 
 
 def test_formulas_reach_the_page_as_tex_for_katex(site):
@@ -480,7 +515,8 @@ def test_a_page_lists_the_sections_in_its_own_language_first(site):
     english = search(site, "no_sync", "梯度累积", lang="en")
     chinese = search(site, "no_sync", "梯度累积", lang="zh-CN")
     assert not any(r["page"].startswith("zh-CN/") for r in english["no_sync"])
-    assert chinese["no_sync"][0]["page"].startswith("zh-CN/08_")
+    assert chinese["no_sync"][0]["page"].startswith("zh-CN/")  # the Chinese glossary or 08
+    assert any(r["page"].startswith("zh-CN/08_") for r in chinese["no_sync"])
     assert english["梯度累积"][0]["page"] == "glossary.html", "the glossary's Chinese terms"
     assert any(r["page"].startswith("zh-CN/") for r in english["梯度累积"])
     assert all(r["page"].startswith("zh-CN/") for r in chinese["梯度累积"])

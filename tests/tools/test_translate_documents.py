@@ -304,6 +304,23 @@ def test_build_check_names_a_hand_edited_missing_or_orphaned_chinese_document(ed
     ]
 
 
+def test_a_chinese_document_another_tool_writes_is_left_be_and_linked_where_it_exists(edition):
+    """As tools/build_workshop.py writes the Chinese instructor guide (WRITTEN_ELSEWHERE)."""
+    edition.elsewhere = {"workshop/guide.md": "workshop/zh-CN/guide.md"}
+    assert td.build(edition=edition) == []
+    readme = edition.root / "README.zh-CN.md"
+    assert "[指南](workshop/guide.md)" in readme.read_text(encoding="utf-8"), "none yet"
+    guide = edition.root / "workshop" / "zh-CN" / "guide.md"
+    guide.write_text("# 指南\n", encoding="utf-8")
+    [problem] = td.build(check_only=True, edition=edition)
+    assert problem.startswith("README.zh-CN.md: differs from what build writes (from line 7)")
+    assert td.build(edition=edition) == [], "not a stray document of workshop/zh-CN/"
+    assert "[指南](workshop/zh-CN/guide.md)" in readme.read_text(encoding="utf-8")
+    assert guide.read_text(encoding="utf-8") == "# 指南\n"
+    link = td.chinese_link("workshop/guide.md#notes", "README.md", edition, {}, set())
+    assert link == "workshop/guide.md#notes", "its anchors are not the English ones"
+
+
 def test_the_command_extracts_checks_and_builds_documents_too(edition, monkeypatch, capsys):
     monkeypatch.setattr(td, "EDITION", edition)
     (edition.root / "README.md").write_text(README + "\nOne more.\n", encoding="utf-8")

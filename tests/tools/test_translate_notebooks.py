@@ -228,7 +228,7 @@ BAD = [
     (
         "prose",
         prose("#graph", "#leaf-tensor"),
-        "drops or changes the link target '../../workshop/glossary.md#graph'",
+        "drops or changes the link target '../../workshop/zh-CN/glossary.md#graph'",
     ),
     ("prose", prose("../workshop", "../../workshop"), "keep the English targets"),
     ("prose", prose("y = x**2", "y = x**3"), "drops or changes the fenced code block '```python"),
@@ -314,7 +314,7 @@ def test_build_writes_the_chinese_cells_and_its_generated_cells_point_to_zh_cn(c
     assert [c.metadata for c in nb.cells] == [c.metadata for c in english.cells]
     cells = {cell.id: cell for cell in nb.cells}
     assert cells["title"].source == "# 00 · 演示"
-    assert "](../../workshop/glossary.md#graph)" in cells["prose"].source
+    assert "](../../workshop/zh-CN/glossary.md#graph)" in cells["prose"].source
     assert "](../01_next.ipynb)" in cells["prose"].source, "01 has no Chinese edition yet"
     assert cells["commented"].source == COMMENTED_ZH and cells["plain"].source == "print(2)"
     badges = cells["badges"].source
@@ -382,7 +382,10 @@ def test_links_from_the_chinese_folder():
     assert tn.chinese_target("02_x.ipynb", translated) == "../02_x.ipynb"
     assert tn.chinese_target("../README.md", translated) == "../../README.zh-CN.md"
     assert tn.chinese_target("../workshop/glossary.md#x", translated) == (
-        "../../workshop/glossary.md#x"
+        "../../workshop/zh-CN/glossary.md#x"
+    )  # a document with a Chinese counterpart; one without keeps the English
+    assert tn.chinese_target("../loop_auditor/README.md", translated) == (
+        "../../loop_auditor/README.md"
     )
     assert tn.chinese_target("../helpers/plots.py", translated) == "../../helpers/plots.py"
     for unchanged in ("https://pytorch.org/x", "#section", "mailto:a@b.c"):
@@ -439,5 +442,5 @@ def test_the_command_checks_and_builds_the_documents_too(monkeypatch, capsys):
     assert capsys.readouterr().out == "README.zh-CN.md: missing\n"
     assert calls == ["check", ("build", True)]
     with pytest.raises(SystemExit):
-        tn.main(["extract", str(ROOT / "workshop" / "glossary.md")])
+        tn.main(["extract", str(ROOT / "loop_auditor" / "README.md")])
     assert "add it to CHINESE_DOCUMENTS" in capsys.readouterr().err
