@@ -1,6 +1,7 @@
 """Notebook 07's helpers: the AMP/clipping/scheduler accumulation loop, the frameworks'
-mirrors, the 2-process DDP run, and the exercise checkers; the notebook's claim about
-Accelerate's short last window with a dataloader it did not prepare, on the real library."""
+mirrors, the 2-process DDP run, and the exercise checkers. What the notebook says about the
+real Lightning, Accelerate and Trainer (Accelerate's short last window with a dataloader it did
+not prepare, for one) is tested on the libraries in test_frameworks_real.py."""
 
 import os
 import re
