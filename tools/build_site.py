@@ -75,14 +75,15 @@ WORDS = {
     },
     CHINESE: {
         "index": "课程概览", "setup": "环境配置", "guide": "讲师指南", "glossary": "术语表",
-        "search": "搜索课程", "run": translate_notebooks.BADGES_LABEL.strip("*"),
+        # the page adds a download link to the notebook's two online ones: not 在线运行
+        "search": "搜索课程", "run": "运行方式：",
         "download": "下载 .ipynb", "links": translate_notebooks.LINK_NAMES,
         "other_only": "（英文）",
         "switch": "English", "switch_title": "This page in English",
         "switch_home": "English home", "switch_home_title": "This page has no English version: "
                                                            "go to the English home page",
-        "widget": "这里 notebook 会显示一个交互控件（滑块及其图像）。它要在 JupyterLab、Binder 或 "
-                  "Colab 中运行（见页首的“在线运行”）；静态页面运行不了它。",
+        "widget": "notebook 运行到这里时会显示一个交互控件（滑块及其图表）。它需要在 JupyterLab、"
+                  "Binder 或 Colab 中运行（见页首的“运行方式”），静态页面无法运行它。",
     },
 }  # fmt: skip
 HOME = {"en": "index.html", CHINESE: f"{CHINESE}/index.html"}

@@ -26,6 +26,9 @@ such as a workshop note, which tools/build_workshop.py puts into the guide, has 
 are rewritten for the Chinese document's folder: to a Chinese counterpart where there is one
 (a document of ``CHINESE_DOCUMENTS``, a notebook of ``notebooks/zh-CN/``, also in a Binder or
 Colab link), with a heading's anchor changed to the Chinese heading's, else to the English.
+A command of a fenced shell block that opens a notebook in JupyterLab (``jupyter lab ...
+notebooks/00_setup_check.ipynb``) opens the Chinese notebook where there is one, as the
+Binder and Colab links do: the reader of a Chinese document is sent to the Chinese edition.
 The Chinese instructor guide is written by tools/build_workshop.py (``WRITTEN_ELSEWHERE``):
 ``build`` leaves it be, and links to the English guide go to it where it exists.
 """
@@ -44,9 +47,11 @@ from translation import (
     GLOSSARY,
     NOTEBOOK_CATALOGS,
     SCHEME,
+    SHELL_LANGUAGES,
     check_markdown,
     entries_by_key,
     fence_has_comments,
+    fence_language,
     github_slug,
     glossary_terms,
     has_prose,
@@ -94,6 +99,8 @@ LAUNCH_URL = re.compile(  # course.launch_links's URLs of a notebook
     r"|https://colab\.research\.google\.com/github/[^/\s]+/[^/\s]+/blob/[^/\s]+/)"
     r"notebooks/(\d\d_\w+\.ipynb)"
 )
+OPENS_NOTEBOOK = re.compile(r"\bjupyter[ -](?:lab|notebook)\b")  # opens the notebooks it names
+NOTEBOOK_ARGUMENT = re.compile(r"(?<![\w./-])notebooks/(\d\d_\w+\.ipynb)(?![\w.-])")
 BUILD = "python tools/translate_notebooks.py build"
 FENCE_OPEN = re.compile(r"[ \t]*(`{3,}|~{3,})")
 
@@ -386,6 +393,29 @@ def chinese_link(
     return posixpath.relpath(in_repo, here) + hash_mark + fragment
 
 
+def chinese_commands(source: str, notebooks: set[str]) -> str:
+    """``source`` with each notebook that a ``jupyter lab`` (or ``jupyter notebook``) command of
+    a fenced shell block opens, ``notebooks/NN_name.ipynb``, made ``notebooks/zh-CN/NN_name.ipynb``
+    where that Chinese notebook exists (``notebooks``: their names). Other commands, and a
+    notebook named before ``jupyter``, stay as they are."""
+
+    def chinese(match: re.Match) -> str:
+        name = match.group(1)
+        return f"notebooks/zh-CN/{name}" if name in notebooks else match.group(0)
+
+    def fence(match: re.Match) -> str:
+        if fence_language(match.group(2)) not in SHELL_LANGUAGES:
+            return match.group(0)
+        lines = match.group(0).split("\n")
+        for number, line in enumerate(lines):
+            if opens := OPENS_NOTEBOOK.search(line):
+                start = opens.end()
+                lines[number] = line[:start] + NOTEBOOK_ARGUMENT.sub(chinese, line[start:])
+        return "\n".join(lines)
+
+    return FENCE.sub(fence, source)
+
+
 def build_document(
     english: str,
     text: str,
@@ -394,7 +424,8 @@ def build_document(
     anchor_maps: dict[str, dict[str, str]],
     notebooks: set[str],
 ) -> str:
-    """The Chinese document of ``english``: ``text``'s blocks translated, links rewritten."""
+    """The Chinese document of ``english``: ``text``'s blocks translated, links rewritten (and
+    the notebooks that JupyterLab commands open, ``chinese_commands``)."""
     lines, blocks = split_blocks(text)
     chinese = edition.documents[english]
     here = posixpath.dirname(chinese) or "."
@@ -410,6 +441,7 @@ def build_document(
                 translated.get(block.key, block.source),
                 lambda t: chinese_link(t, english, edition, anchor_maps, notebooks),
             )
+            new = chinese_commands(new, notebooks)
         lines[block.start : block.end] = new.split("\n")
         first_end = block.start + len(new.split("\n"))
     if not switched and blocks and blocks[0].level == 1:  # the link back goes after the title

@@ -174,6 +174,8 @@ def test_each_notebook_page_launches_the_notebook_and_folds_its_setup_cell(site,
         launch = {translate_notebooks.LINK_NAMES[name]: url for name, url in launch.items()}
     download = "下载 .ipynb" if chinese else "Download .ipynb"
     assert links == {**launch, download: path.name}
+    # not the notebook's 在线运行: a download does not run online
+    assert bar.strong.get_text() == ("运行方式：" if chinese else "Run it:")
     badges = read(path).cells[cells_tagged(read(path), sync_notebooks.BADGES_TAG)[0]].source
     for href in launch.values():
         assert f"({href})" in badges, "the page and the notebook's links come from one setting"
@@ -205,7 +207,8 @@ def test_chinese_pages_have_chinese_navigation(site):
     assert search["placeholder"] == "搜索课程" == search["aria-label"]
     if not tree.select(".course-widget"):
         tree = soup(site, "zh-CN/01_autograd_accumulates.html")
-    assert "交互控件" in tree.select_one(".course-widget").get_text()
+    widget = tree.select_one(".course-widget").get_text()
+    assert "交互控件" in widget and "“运行方式”" in widget, "it names the launch bar's label"
     home = soup(site, "zh-CN/index.html")
     assert home.html["lang"] == "zh-CN"
     linked = {resolve("zh-CN/index.html", a["href"]) for a in home.select("main a[href]")}

@@ -274,7 +274,7 @@ def test_a_chinese_page_searches_in_chinese_and_switches_to_its_english_page(sit
     top = chromium.execute_script("return arguments[0].getBoundingClientRect().top", section)
     assert -2 <= top < 200, "the page scrolled to the section"
     [none] = search_for(chromium, "蛋白质折叠")
-    assert none.text == "没有哪一节含有“蛋白质折叠”。"
+    assert none.text == "没有找到包含“蛋白质折叠”的小节。"
     switch = chromium.find_element(By.CSS_SELECTOR, "nav.course a.course-language")
     assert switch.text == "English"
     switch.click()

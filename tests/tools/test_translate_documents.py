@@ -362,6 +362,34 @@ def test_links_from_a_chinese_document(edition):
         assert link(unchanged) == unchanged
 
 
+def test_a_command_that_opens_a_notebook_in_jupyterlab_opens_the_chinese_one(edition):
+    """As the Binder and Colab links do: the Chinese quick start opens the Chinese notebook 00."""
+    command = "pip install x && jupyter lab --ServerApp.root_dir=. notebooks/00_demo.ipynb"
+    others = (
+        "jupyter-lab notebooks/01_other.ipynb\n"  # no Chinese notebook 01
+        "python tools/run_notebooks.py notebooks/00_demo.ipynb\n"  # runs the English one
+        "ls notebooks/00_demo.ipynb && jupyter lab"  # named before jupyter: not what it opens
+    )
+    english = README + f"\nOpen it:\n\n```bash\n{command}\n{others}\n```\n"
+    (edition.root / "README.md").write_text(english, encoding="utf-8")
+    td.extract("README.md", edition)
+    translate(edition.catalog("README.md"), {"quick-start.5": "打开它："})
+    assert td.check(edition) == [], "the translation keeps the English command"
+    assert td.build(edition=edition) == []
+    chinese = (edition.root / "README.zh-CN.md").read_text(encoding="utf-8")
+    assert chinese.endswith(
+        "打开它：\n\n```bash\n"
+        "pip install x && jupyter lab --ServerApp.root_dir=. notebooks/zh-CN/00_demo.ipynb\n"
+        f"{others}\n```\n"
+    )
+    assert td.build(check_only=True, edition=edition) == []
+    for unchanged in (
+        "Run `jupyter lab notebooks/00_demo.ipynb`.",  # a code span in prose
+        "```text\njupyter lab notebooks/00_demo.ipynb\n```",  # not a shell block
+    ):
+        assert td.chinese_commands(unchanged, {"00_demo.ipynb"}) == unchanged
+
+
 def test_a_translator_comment_names_a_glossary_word_that_is_not_the_term_here(edition):
     zh("demo-course.2", "梯度", "坡度")(edition)
     [problem] = td.check(edition)

@@ -392,6 +392,9 @@ def test_hub_link_is_an_nbgitpuller_link_to_the_notebook(capsys):
     }
     assert hub_link.main(["https://hub.example.edu"]) == 0
     assert "00_setup_check.ipynb" in capsys.readouterr().out
+    chinese = "zh-CN/00_setup_check.ipynb"  # as the README and the setup page say
+    query = parse_qs(urlparse(hub_link.hub_link("https://hub.example.edu", chinese)).query)
+    assert query["urlpath"] == [f"lab/tree/{folder}/notebooks/{chinese}"]
 
 
 @pytest.mark.parametrize(

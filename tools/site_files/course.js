@@ -218,8 +218,8 @@ const SAY = {
     failed: (message) => `The search index did not load: ${message}`,
   },
   "zh-CN": {
-    none: (text) => `没有哪一节含有“${text}”。`,
-    failed: (message) => `搜索索引没有加载成功：${message}`,
+    none: (text) => `没有找到包含“${text}”的小节。`,
+    failed: (message) => `搜索索引加载失败：${message}`,
   },
 };
 let searchReady = null;
