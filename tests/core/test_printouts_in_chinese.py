@@ -12,7 +12,8 @@ from chinese_messages import CJK, named
 from helpers.claims import check
 from helpers.report import below, pad, width
 from helpers.setup_check.environment import CheckLine, torch_line
-from helpers.versions import why_it_cannot_run
+from helpers.training_stacks.uneven_ranks import stop_words
+from helpers.versions import torch_verdict, why_it_cannot_run
 from helpers.zero_grad_internals.optimizer_steps import SecondStep, format_second_steps
 
 
@@ -57,6 +58,35 @@ def test_the_environment_report_and_the_setup_stop_name_the_same_versions(monkey
         assert CJK.search(chinese), chinese
         assert named(english) <= named(chinese), (english, chinese)
         assert english.split()[0] in chinese  # the [WARN]/[FAIL] tag, or the notebook
+
+
+def test_a_stopped_ranks_words_and_every_torch_verdict_are_chinese(monkeypatch):
+    def words():
+        return [
+            *stop_words(0, [3, 2], 1.5, micro_batch=3),  # message, explanation
+            stop_words(1, [3, 2], 1.5)[0],  # at the barrier
+            torch_verdict("2.2.0")[1],  # no notebook runs on it
+            torch_verdict("2.6.0")[1],
+            why_it_cannot_run("00_setup_check", python="3.10.13"),
+        ]
+
+    english, chinese = in_both(monkeypatch, words)
+    for en, zh in zip(english, chinese, strict=True):
+        assert CJK.search(zh) and named(en) <= named(zh), (en, zh)
+    assert english[0] == (
+        "RuntimeError: rank 0 waited 1.5 s in the gradient all-reduce of its micro-batch 3 of "
+        "3, which no other rank joined. The ranks ran unequal numbers of micro-batches (rank 0: "
+        "3, rank 1: 2); " + english[1].split("); ", 1)[1]
+    )
+    assert "in the barrier after its 2 micro-batches" in english[2]
+    for message, explanation in ((english[0], english[1]), (chinese[0], chinese[1])):
+        # one line: the exception the launcher quotes; the explanation is its end
+        assert message.startswith("RuntimeError: ") and message.endswith(explanation)
+        assert "\n" not in message
+    assert chinese[5] == (
+        "Notebook 00 无法运行，当前 Python 为 3.10.13：本课程需要 Python 3.11 及以上版本 -> 用 "
+        "Python 3.11 及以上版本新建一个环境，并在其中安装本课程。"
+    )
 
 
 def test_the_table_of_second_steps_stays_aligned_in_chinese(monkeypatch):
