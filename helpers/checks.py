@@ -126,11 +126,12 @@ class LearnerCodeError(Exception):
     def __init__(self, error: BaseException, meaning: str):
         self.error, self.meaning = error, meaning
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        super().__init__(
-            _("your function raised {name}").format(name=type(error).__name__)
-            + (f": {text[:300].rstrip('.')}" if text else "")
-            + (f". {meaning}" if meaning else "")
-        )
+        raised = _("your function raised {name}").format(name=type(error).__name__)
+        if text:  # as Python shows an exception: its name, ": ", its message
+            raised += f": {text[:300].rstrip('.')}"
+        if meaning:
+            raised = _("{raised}. {meaning}").format(raised=raised, meaning=meaning)
+        super().__init__(raised)
 
 
 # Called as observe(checked, args, kwargs, result, seconds) after each outermost call of a

@@ -194,7 +194,9 @@ def torch_verdict(found: str | None) -> tuple[str, str]:
             found=found, runs=_numbers_as_ranges(runs, True), needs=needs, command=UPGRADE_TORCH
         )
     else:
-        text = f"{found}: {needs} -> {UPGRADE_TORCH}"
+        text = _("{found}: {needs} -> {command}").format(
+            found=found, needs=needs, command=UPGRADE_TORCH
+        )
     return ("WARN" if runs else "FAIL"), text
 
 

@@ -30,19 +30,22 @@ def strict_checks(monkeypatch):
 # test passed each call that took under CHINESE_RERUN_SECONDS is made again with
 # GM_LANG=zh_CN. Its verdict must be the same, its message Chinese, and it must still name its
 # mistake: every code span, identifier and number of the English message is in the Chinese
-# one. GM_CHINESE_RERUN=0 turns this off. (check_capstone's calls take longer and are not
-# rerun: tests/capstone/test_capstone.py judges its runs' results again in Chinese.)
+# one; and no English word may be left in its sentences (an untranslated value, "找出it":
+# chinese_messages.english_words). GM_CHINESE_RERUN=0 turns this off. (check_capstone's calls
+# take longer and are not rerun: tests/capstone/test_capstone.py judges its runs' results
+# again in Chinese.)
 CHINESE_RERUN_SECONDS = 0.5
-from chinese_messages import CJK, chinese_differences, named  # noqa: E402
+from chinese_messages import CJK, chinese_differences, english_words, named  # noqa: E402
 
 # The same for the helpers' bad-input errors: a test that passed, took under
 # CHINESE_RERUN_SECONDS and caught with pytest.raises a ValueError or TypeError raised in
 # helpers/ runs again with GM_LANG=zh_CN, its pytest.raises then ignoring match= (which is
 # English). Each error it catches there must be of the same type as the English one, in
-# Chinese, and name the same code, numbers and quoted values, and the parameters of the
-# function that raised which the English names as parameters (its first word, or a word
-# before "=" or "["). Where the rerun stops early at an assertion (a later English assertion
-# on a message), the errors caught up to there are compared, if any.
+# Chinese (no English word left in its sentences), and name the same code, numbers and
+# quoted values, and the parameters of the function that raised which the English names as
+# parameters (its first word, or a word before "=" or "["). Where the rerun stops early at an
+# assertion (a later English assertion on a message), the errors caught up to there are
+# compared, if any.
 HELPERS = Path(__file__).resolve().parent.parent / "helpers"
 # Functions whose errors stay English: the notebooks show their source (show_source), which
 # is part of the English notebooks' outputs.
@@ -81,6 +84,9 @@ def error_differences(english: tuple, chinese: tuple) -> list[str]:
     lost = {token for token in shown if token not in message_zh}
     if lost:
         found.append(f"the Chinese message lacks {sorted(lost)}")
+    untranslated = english_words(message_zh, message)
+    if untranslated:
+        found.append(f"the Chinese message has English words {untranslated}")
     return found
 
 

@@ -449,7 +449,7 @@ def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor
             "adds up in the float32 .grad. A backward after the "
             "loop sees only the last micro-batch's loss; on the "
             "window's summed loss, forwards that share one autocast "
-            "block add their gradients in bfloat16 (its cached "
+            "block add their gradients in bfloat16 (autocast's cached "
             "bfloat16 copies of the weights)."
         ).format(off=off)
     )

@@ -454,7 +454,7 @@ def _layout_hint(name: str, mine: dict, ref: dict) -> str:
         )
     )
     return _("the model's parameters differ from the correct loop's: {parts}. {fix}").format(
-        parts="; ".join(parts), fix=fix
+        parts=_("; ").join(parts), fix=fix
     )
 
 
@@ -809,7 +809,12 @@ def _problem(name: str, loop: Callable) -> str | None:
             "window-length finding then says only that), but {difference}."
         ).format(difference=difference)
     if mine.run.codes:
-        findings = [f"{code}: {_fix(name, code)}{_which(code, mine)}." for code in mine.run.codes]
+        findings = [
+            _("{code}: {fix}{which}.").format(
+                code=code, fix=_fix(name, code), which=_which(code, mine)
+            )
+            for code in mine.run.codes
+        ]
         count = _("{count} findings. ").format(count=len(findings)) if len(findings) > 1 else ""
         return given + _("The auditor still reports {count}{findings}").format(
             count=count, findings=" ".join(findings)
@@ -831,15 +836,19 @@ def _as_given(name: str, mine: Trace, ref: Trace) -> str:
     which or their fix (finding them is the exercise; :func:`audit_loop` shows the report).
     A loop the auditor is silent on gets the first step whose gradient differs."""
     codes = mine.run.codes
-    if codes:
-        count = _("1 problem") if len(codes) == 1 else _("{n} problems").format(n=len(codes))
-        them = "it" if len(codes) == 1 else "them"
+    if len(codes) == 1:
         return _(
-            "This is loop {name} as given: the auditor finds {count} "
-            "in it. Find {them}: `print(audit_loop({name2}))` prints "
-            "the auditor's report (after `from helpers.audit_and_repair.checkers_06 "
-            "import audit_loop`). Fix {them}, and check again."
-        ).format(name=name, count=count, them=them, name2=LOOPS[name].__name__)
+            "This is loop {name} as given: the auditor finds 1 problem in it. Find it: "
+            "`print(audit_loop({name2}))` prints the auditor's report (after `from "
+            "helpers.audit_and_repair.checkers_06 import audit_loop`). Fix it, and check again."
+        ).format(name=name, name2=LOOPS[name].__name__)
+    if codes:
+        return _(
+            "This is loop {name} as given: the auditor finds {n} problems in it. Find them: "
+            "`print(audit_loop({name2}))` prints the auditor's report (after `from "
+            "helpers.audit_and_repair.checkers_06 import audit_loop`). Fix them, and check "
+            "again."
+        ).format(name=name, n=len(codes), name2=LOOPS[name].__name__)
     for step, (m, r) in enumerate(zip(mine.steps, ref.steps, strict=False), 1):
         if not all(_close(m[p][0], r[p][0]) for p in r):
             return _(
@@ -985,6 +994,13 @@ UNSEEN = N_(
 EMPTY = ("", "none", "nothing")  # written for the empty set
 
 
+def _and(names: list[str]) -> str:
+    """['a', 'b', 'c'] -> 'a, b and c', in the language of the messages."""
+    if len(names) < 2:
+        return "".join(names)
+    return _("{names} and {last}").format(names=", ".join(names[:-1]), last=names[-1])
+
+
 def _names(answer: object) -> set[str]:
     """The rule ids in ``answer``, however written: any letter case, with or without
     backticks, quotes or braces, underscores for hyphens; "none" or {} for the empty set."""
@@ -1030,7 +1046,7 @@ def check_auditor_findings(answer: object) -> CheckResult:
                 "the auditor reports {names}. {UNSEEN} Repair the two "
                 "it reports and it falls silent on a loop that is still "
                 "wrong."
-            ).format(names=" and ".join(reported_codes()), UNSEEN=translate(UNSEEN))
+            ).format(names=_and(reported_codes()), UNSEEN=translate(UNSEEN))
         )
     hints = [
         _("{code} is not reported: {get}").format(

@@ -112,7 +112,7 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
             "weighted unequally. Sum the per-token losses over "
             "the window and divide by the window's token count, "
             "not by each micro-batch's."
-        ).format(value=index + 1, case=case)
+        ).format(value=index + 1, case=translate(case))
     return None
 
 
@@ -124,7 +124,7 @@ def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
     if is_unanswered(train_epoch):
         return wrong(NOT_ANSWERED)
     as_function(train_epoch, "train_epoch(model, optimizer, loss_fn, micro_batches, k)")
-    for case, padded in (("unpadded", False), ("padded", True)):
+    for case, padded in ((N_("unpadded"), False), (N_("padded"), True)):
         model = TokenModel(seed=1)
         micro_batches = _micro_batches(padded)
         references = _window_references(model, micro_batches)
@@ -134,7 +134,9 @@ def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
             call_learner(train_epoch, model, optimizer, loss_fn, micro_batches, K)
         mistake = _diagnose(record.at_steps, references, case)
         if mistake is not None:
-            return wrong(_("with {case} sequences, {mistake}").format(case=case, mistake=mistake))
+            return wrong(
+                _("with {case} sequences, {mistake}").format(case=translate(case), mistake=mistake)
+            )
     return correct(
         _("every window, the short tail included, stepped with its exact mean gradient.")
     )

@@ -244,8 +244,8 @@ def check_misordered_gan(answer: object) -> CheckResult:
     if given == MISORDERED_GAN_TRUE:
         return correct(
             _(
-                "D's step mixes in the generator's loss (zero D right before d_loss.backward() "
-                "to fix it), and fake.detach() keeps G's gradient its own."
+                "D's step mixes in the gradient of the generator's loss (zero D's gradients right "
+                "before d_loss.backward() to fix it), and fake.detach() keeps G's gradient its own."
             )
         )
     hints = []

@@ -45,8 +45,8 @@ check_naive_token_weight = number_checker(
             "average of 2 ranks), and the question asks for that divided by 1/80."
         ),
         4 / 5: N_(
-            "0.8 is a token of rank 1 (50 tokens): (1/50 x 1/2) / (1/80). The question "
-            "asks about rank 0's 30 tokens."
+            "0.8 is the factor of a token of rank 1 (50 tokens): (1/50 x 1/2) / (1/80). The "
+            "question asks about rank 0's 30 tokens."
         ),
         5 / 3: N_(
             "50/30 compares a token of rank 0 with a token of rank 1: the question "

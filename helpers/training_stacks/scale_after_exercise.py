@@ -398,8 +398,8 @@ def _check_all_reduce(report: dict, counts: list[dict], k: int) -> str | None:
         call = window[0]
         if call["forwards"] < k:
             return _(
-                "all_reduce ran before the window's last backward (after {forwards} "
-                "of its {k} forward passes): scaling after accumulating needs no count until "
+                "all_reduce ran before the window's last backward (with {forwards} "
+                "of its {k} forward passes done): scaling after accumulating needs no count until "
                 "the end. Backward each micro-batch's token-loss sum while counting its "
                 "tokens, then all_reduce the count, then scale."
             ).format(forwards=call["forwards"], k=k)

@@ -36,12 +36,17 @@ def _stacks_run(programs: list[str], args: list[str], nproc: int, timeout: float
         seconds = time.perf_counter() - started
         results = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
         if "uneven" in programs:
-            if "no other rank joined" not in message:  # failed before the wait, or otherwise
+            # a rank that waited wrote its explanation: without one, the run failed otherwise
+            said = [
+                p.read_text(encoding="utf-8") for p in sorted(Path(folder).glob("*.explanation"))
+            ]
+            if not said or said[0] not in message:
                 raise RuntimeError(message)
             pids = [int(p.read_text()) for p in sorted(Path(folder).glob("rank*.pid"))]
             loop_started = float((Path(folder) / "uneven.started").read_text())
             results["uneven"] = {
                 "message": message,
+                "explanation": said[0],
                 "seconds": seconds,
                 "seconds_to_stop": ended - loop_started,
                 "rank_pids": pids,
@@ -210,6 +215,8 @@ def run_uneven_ranks(
 
     - ``"message"``: what the failed launch says: the rank's own words (what it waited in,
       why: unequal numbers of micro-batches, so of all-reduces; the fixes);
+    - ``"explanation"``: the why and the fixes alone, the end of the rank's words (in the
+      language of the messages, as they are);
     - ``"seconds"``: the launch's wall time; ``"seconds_to_stop"``: from the ranks starting
       the loop to the launch returning;
     - ``"micro_batches_per_rank"``, ``"collective_timeout"``;

@@ -202,14 +202,36 @@ def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_
 
 # ---------------------------------------------------------------- the stop
 
-UNEVEN_MESSAGE = (
-    "RuntimeError: rank {rank} waited {seconds:g} s in {where}, which no other rank joined. "
-    "The ranks ran unequal numbers of micro-batches ({counts}); with DDP synchronizing every "
-    "backward that is unequal numbers of gradient all-reduces, so one rank waits in a "
-    "collective for ever (here a {seconds:g} s process-group timeout stopped the run). Fix: "
-    "synchronize once per window (no_sync() on all but each rank's own last micro-batch), or "
-    "give every rank the same number of micro-batches."
-)
+
+def stop_words(
+    rank: int, counts: list[int], seconds: float, micro_batch: int | None = None
+) -> tuple[str, str]:
+    """What rank ``rank``, stopped by a ``seconds``-second process-group timeout, says:
+    ``(message, explanation)``, in the language of the messages. The message is the exception
+    line (``RuntimeError: rank ... waited ... in ...``, one line) and ends with the
+    explanation, which says why it waited (the ranks' unequal numbers of micro-batches,
+    ``counts``) and how to fix it. ``micro_batch``: the micro-batch whose gradient all-reduce it
+    waited in (counted from 1), or None for the barrier after its last."""
+    if micro_batch is None:
+        where = _("the barrier after its {n} micro-batches").format(n=counts[rank])
+    else:
+        where = _("the gradient all-reduce of its micro-batch {index} of {n}").format(
+            index=micro_batch, n=counts[rank]
+        )
+    shown = _(", ").join(
+        _("rank {rank}: {count}").format(rank=r, count=c) for r, c in enumerate(counts)
+    )
+    explanation = _(
+        "The ranks ran unequal numbers of micro-batches ({counts}); with DDP synchronizing "
+        "every backward that is unequal numbers of gradient all-reduces, so one rank waits in "
+        "a collective for ever (here a {seconds:g} s process-group timeout stopped the run). "
+        "Fix: synchronize once per window (no_sync() on all but each rank's own last "
+        "micro-batch), or give every rank the same number of micro-batches."
+    ).format(counts=shown, seconds=seconds)
+    message = "RuntimeError: " + _(
+        "rank {rank} waited {seconds:g} s in {where}, which no other rank joined. {explanation}"
+    ).format(rank=rank, seconds=seconds, where=where, explanation=explanation)
+    return message, explanation
 
 
 def sync_every_micro_batch(ddp: DDP, window, group) -> None:
@@ -251,14 +273,13 @@ def uneven(args, rank: int, world: int) -> dict:
         if "Timed out" not in str(error) and "Connection closed" not in str(error):
             raise
         frames = [frame.name for frame in traceback.extract_tb(error.__traceback__)]
-        if "barrier" in frames:
-            where = f"the barrier after its {counts[rank]} micro-batches"
-        else:
-            where = f"the gradient all-reduce of its micro-batch {len(forwards)} of {counts[rank]}"
-        shown = ", ".join(f"rank {r}: {c}" for r, c in enumerate(counts))
-        message = UNEVEN_MESSAGE.format(
-            rank=rank, seconds=args.collective_timeout, where=where, counts=shown
-        )
+        at = None if "barrier" in frames else len(forwards)
+        message, explanation = stop_words(rank, counts, args.collective_timeout, at)
+        # the explanation on its own, for the caller to show (in any language)
+        with open(
+            f"{os.path.dirname(args.out)}/rank{rank}.explanation", "w", encoding="utf-8"
+        ) as file:
+            file.write(explanation)
         sys.stdout.flush()
         sys.stderr.flush()
         # One write, so that a rank's words stay on a line of their own: when both ranks time

@@ -6,8 +6,9 @@ While a test runs, each call of what writes the auditor's text is recorded: ever
 and the pytest fixture's reports, ``str()`` of an auditor or a session, whose findings keep
 the English messages they were made with) and ``str()`` of a finding. After the test passed,
 each call is made again with ``GM_LANG=zh_CN``: a rule must give the same finding (code,
-step, count) and every text must be Chinese and still name every code span, identifier and
-number its English names (``named`` of tests/conftest.py, as for the checkers' verdicts).
+step, count) and every text must be Chinese, still name every code span, identifier and
+number its English names (``named`` of tests/conftest.py, as for the checkers' verdicts), and
+keep no English word in its sentences (``english_words``, likewise).
 ``GM_CHINESE_RERUN=0`` turns this off, as it does there.
 """
 
@@ -97,6 +98,9 @@ def chinese_differences(course, english, chinese, is_rule: bool) -> list[str]:
     lost = {t for t in course.named(english) - course.named(chinese) if not PLURAL.fullmatch(t)}
     if lost:
         found.append(f"the Chinese text lacks {sorted(lost)}")
+    untranslated = course.english_words(chinese, english)
+    if untranslated:
+        found.append(f"the Chinese text has English words {untranslated}")
     return found
 
 

@@ -37,9 +37,7 @@ def test_the_commands_report_is_chinese_and_names_the_code_the_optimizer_and_the
     assert done.returncode == 3, done.stderr
     assert "循环审计器：在 train.py 中发现 1 个问题（1 个优化器，4 次更新）：\n" in done.stderr
     line = done.stderr.split("\n  ", 1)[1]
-    assert line.startswith(
-        "missing-zero-grad（optimizer，第 2 步）（共 3 次）：第 2 步所用的 .grad"
-    )
+    assert line.startswith("missing-zero-grad（optimizer，第 2 步，共 3 次）：第 2 步所用的 .grad")
     assert "（2 个参数中的 2 个）" in line and "optimizer.zero_grad()" in line, line
 
 

@@ -442,9 +442,9 @@ def dcgan(
 
 DETACH = "Detach this network's output where that loss uses it (D(fake.detach()))"
 ZERO_FIRST = (
-    "Zero this optimizer's gradients right before its own first backward(), not right after "
-    "its step(): that loss's backward() comes in between. Or requires_grad_(False) on this "
-    "network"
+    "Zero this optimizer's gradients right before this network's own first backward(), not "
+    "right after its step(): that loss's backward() comes in between. Or requires_grad_(False) "
+    "on this network"
 )
 
 

@@ -131,7 +131,10 @@ def test_cross_network_leak_leads_with_the_fix_for_where_the_loss_went():
     # the other's loss reached this network first, on its way to the other (G's loss in D)
     through = rules.cross_network_leak(3, 1, "optimizerG", reached_first=True).message
     assert "that optimizerG had already stepped on" in through
-    assert "Zero this optimizer's gradients right before its own first backward()" in through
+    assert (
+        "Zero this optimizer's gradients right before this network's own first backward()"
+        in through
+    )
     assert "detach" not in through
     # the other's loss flowed back into this network through its output (D's loss in G)
     back = rules.cross_network_leak(3, 1, "optimizerD", reached_first=False).message

@@ -54,7 +54,7 @@ def notebook(tmp_path: Path) -> Path:
     cells += [after]
     cells += exercise(1, "Result('❌ 41 is not it')")
     cells += exercise(2, "1 / 0")
-    cells += exercise(3, "Result('✅ 正确：17 是对的。')")  # a Chinese notebook's verdict
+    cells += exercise(3, "Result('✅ 正确。17 是对的。')")  # a Chinese notebook's verdict
     path = tmp_path / "exercises.ipynb"
     nbformat.write(new_notebook(cells=cells), path)
     return path

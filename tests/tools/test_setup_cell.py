@@ -197,7 +197,7 @@ def test_in_the_chinese_notebooks_folder_it_finds_the_helpers_and_sets_gm_lang(s
     assert report["helpers"] == str(ROOT / "helpers" / "__init__.py")
     assert report["loop_auditor"] == str(AUDITOR_PACKAGE / "__init__.py")
     assert report["GM_LANG"] == "zh_CN"
-    assert report["verdict"] == "✅ 正确：17"  # the course's messages speak Chinese
+    assert report["verdict"] == "✅ 正确。17"  # the course's messages speak Chinese
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the course as a git repository")
@@ -206,7 +206,7 @@ def test_on_colab_the_chinese_setup_cell_brings_the_message_catalogs(setup_cell_
     printed, report = run_setup_cell(setup_cell_runs, "colab, Chinese")
     clone = setup_cell_runs["colab, Chinese"]["cwd"] / repository_url().rsplit("/", 1)[-1]
     assert report["helpers"] == str(clone / "helpers" / "__init__.py")
-    assert (report["GM_LANG"], report["verdict"]) == ("zh_CN", "✅ 正确：17")
+    assert (report["GM_LANG"], report["verdict"]) == ("zh_CN", "✅ 正确。17")
     assert printed == []
 
 

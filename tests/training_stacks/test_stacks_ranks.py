@@ -148,6 +148,10 @@ def check_uneven_stop(uneven: dict) -> None:
         or "in the barrier after its 2 micro-batches" in message
     ), message
     assert "Traceback" not in message  # plain words, not the gloo internals
+    # the why and the fix on their own, what notebook 08 prints: the end of the rank's words
+    explanation = uneven["explanation"]
+    assert explanation.startswith("The ranks ran unequal numbers of micro-batches (rank 0: 3, ")
+    assert explanation in message and message.rstrip().endswith(explanation)
     error_line = next(line for line in message.splitlines() if "RuntimeError:" in line)
     assert error_line.count("RuntimeError:") == 1 and error_line.endswith("micro-batches."), (
         "one rank's words on a line of their own (two ranks can time out at once)"

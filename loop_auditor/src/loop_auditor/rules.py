@@ -188,12 +188,12 @@ def cross_network_leak(
             _(
                 "step {step} used the gradients of {passes} backward pass(es) that {other} had "
                 "already stepped on: that loss ran through this network on its way to the "
-                "other network, and what it left in this network's .grad was added to this "
-                "network's own loss (a GAN generator's loss left in the discriminator's "
-                ".grad). Zero this optimizer's gradients right before its own first "
-                "backward(), not right after its step(): that loss's backward() comes in "
-                "between. Or requires_grad_(False) on this network while that loss "
-                "backpropagates."
+                "other network, and the gradient it left in this network's .grad was added to "
+                "that of this network's own loss (a GAN generator's loss leaving its gradient "
+                "in the discriminator's .grad). Zero this optimizer's gradients right before "
+                "this network's own first backward(), not right after its step(): that loss's "
+                "backward() comes in between. Or requires_grad_(False) on this network while "
+                "that loss backpropagates."
             ).format(step=step, passes=passes, other=other),
             step,
         )
@@ -203,10 +203,10 @@ def cross_network_leak(
             _(
                 "step {step} used the gradients of {passes} backward pass(es) that {other} had "
                 "already stepped on: that loss flowed back through this network's output into "
-                "its parameters and was added to its own loss (a GAN discriminator's loss "
-                "reaching the generator through G(z)). Detach this network's output where "
-                "that loss uses it (D(fake.detach())), or zero this optimizer's gradients "
-                "right before its own backward()."
+                "its parameters, and its gradient was added to that of this network's own loss "
+                "(a GAN discriminator's loss reaching the generator through G(z)). Detach this "
+                "network's output where that loss uses it (D(fake.detach())), or zero this "
+                "optimizer's gradients right before this network's own backward()."
             ).format(step=step, passes=passes, other=other),
             step,
         )
@@ -215,11 +215,12 @@ def cross_network_leak(
         _(
             "step {step} used the gradients of {passes} backward pass(es) that also reached "
             "the parameters of {other}, which had already stepped on them: the loss of one "
-            "network flowed into this network's parameters and was added to its own loss (a "
-            "GAN whose discriminator loss reaches the generator through G(z), or G's loss left "
-            "in D's .grad). Cut the path: D(fake.detach()) for the discriminator's loss, or "
-            "requires_grad_(False) on the network that must not learn from this loss; or zero "
-            "this optimizer's gradients before its own backward()."
+            "network flowed into this network's parameters, and its gradient was added to that "
+            "of this network's own loss (a GAN whose discriminator loss reaches the generator "
+            "through G(z), or G's loss leaving its gradient in D's .grad). Cut the path: "
+            "D(fake.detach()) for the discriminator's loss, or requires_grad_(False) on the "
+            "network that must not learn from this loss; or zero this optimizer's gradients "
+            "before this network's own backward()."
         ).format(step=step, passes=passes, other=other),
         step,
     )
