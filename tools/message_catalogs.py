@@ -205,6 +205,9 @@ def run_compile(domains: Iterable[Domain] = DOMAINS) -> None:
 PLACEHOLDER = re.compile(r"\{[A-Za-z_]\w*(?:![rsa])?(?::[^{}]*)?\}")
 CODE_SPAN = re.compile(r"`[^`]+`")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?(?![\w])")
+# "2.0 x 30", "(1/30 x 1/2)" or "{k} x 3": the English's plain x between numbers (or placeholders),
+# written as × in Chinese.
+TIMES_AS_X = re.compile(r"[\d)}] x [\d({]")
 
 
 def kept(text: str) -> dict[str, list[str]]:
@@ -231,6 +234,9 @@ def differences(msgid: str, msgstr: str) -> list[str]:
                 + (f", missing {', '.join(lost)}" if lost else "")
                 + (f", added {', '.join(added)}" if added else "")
             )
+    times = TIMES_AS_X.findall(CODE_SPAN.sub(" ", msgstr))
+    if times:
+        found.append(f"it multiplies with x ({', '.join(times)}): write × in the translation")
     return found
 
 

@@ -123,6 +123,19 @@ def test_a_translation_keeps_placeholders_code_spans_and_numbers(package, msgstr
     assert "its numbers differ from the English, missing 3" in problem
 
 
+def test_a_translation_writes_times_not_x_between_numbers_outside_code(package):
+    def multiplies(msgid: str, msgstr: str) -> list[str]:
+        edit(package, msgid, msgstr)
+        run_compile([package])
+        return [problem for problem in check([package]) if "multiplies" in problem]
+
+    steps = "{steps} steps, each with `step()`"
+    [problem] = multiplies(steps, "{steps} 步（2 x {steps}），每步都有 `step()`")
+    assert "it multiplies with x (2 x {): write × in the translation" in problem
+    assert multiplies(steps, "{steps} 步（2 × {steps}），每步都有 `step()`") == []
+    assert multiplies(steps, "{steps} 步，每步都有 `step()`（`2 x 3`）") == []
+
+
 @pytest.mark.parametrize(
     ("call", "says"),
     [
