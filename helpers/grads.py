@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from helpers.report import pad, width
 from helpers.translation import _
 
 
@@ -46,13 +48,34 @@ def describe_grad(param: torch.Tensor) -> str:
     return f"tensor with norm {grad.detach().norm().item():.4g}"
 
 
+@dataclass(frozen=True)
+class TraceRow:
+    """What one parameter holds after one call: its value, its ``.grad`` and the optimizer's
+    state for it (``None`` where there is none). For a parameter of one element these are its
+    values; for a larger one, their norms (:attr:`GradLog.measure` says which)."""
+
+    call: str  # "start", "backward", "step" or "zero_grad"
+    weight: float
+    grad: float | None
+    state: float | None
+
+
+def _measure(tensor: torch.Tensor | None) -> float | None:
+    if tensor is None:
+        return None
+    tensor = tensor.detach()
+    return tensor.item() if tensor.numel() == 1 else tensor.double().norm().item()
+
+
 class GradLog:
     """Records every change to one parameter's ``.grad`` inside a ``with`` block.
 
     Each ``backward()`` that accumulates into the parameter is logged by a
     ``register_post_accumulate_grad_hook``; with an ``optimizer``, its ``step()`` (through
     ``register_step_post_hook``) and ``zero_grad()`` calls are logged too. Everything is
-    removed on exit. ``log.events`` is a list of lines."""
+    removed on exit. ``log.events`` is a list of lines; ``log.rows`` holds the same calls as
+    numbers (:class:`TraceRow`), after a first row ``"start"`` for what the parameter held when
+    the block began, and ``log.table()`` prints them as a trace table."""
 
     def __init__(self, param: torch.Tensor, optimizer: torch.optim.Optimizer | None = None):
         if not isinstance(param, torch.Tensor) or not param.requires_grad or not param.is_leaf:
@@ -65,15 +88,76 @@ class GradLog:
                     optimizer=optimizer
                 )
             )
+        if optimizer is not None and not any(
+            p is param for group in optimizer.param_groups for p in group["params"]
+        ):
+            raise ValueError(
+                _(
+                    "param is not one of the optimizer's parameters: pass a parameter the "
+                    "optimizer was built with, such as next(model.parameters())"
+                )
+            )
         self.param = param
         self.optimizer = optimizer
         self.events: list[str] = []
+        self.rows: list[TraceRow] = []
         self._handles = []
+
+    @property
+    def measure(self) -> str:
+        """``"value"`` for a parameter of one element, ``"norm"`` for a larger one."""
+        return "value" if self.param.numel() == 1 else "norm"
+
+    @property
+    def state_key(self) -> str | None:
+        """The optimizer state the rows hold: ``"momentum_buffer"`` for SGD with momentum,
+        ``"exp_avg"`` for Adam and AdamW, else ``None`` (no column for it)."""
+        if self.optimizer is None:
+            return None
+        if isinstance(self.optimizer, torch.optim.SGD):
+            momentum = any(group.get("momentum", 0) for group in self.optimizer.param_groups)
+            return "momentum_buffer" if momentum else None
+        return "exp_avg" if "betas" in self.optimizer.defaults else None
+
+    def _state(self) -> float | None:
+        if self.state_key is None:
+            return None
+        return _measure(self.optimizer.state.get(self.param, {}).get(self.state_key))
 
     def _log(self, event: str) -> None:
         self.events.append(f"{event:<10} .grad = {describe_grad(self.param)}")
+        self.rows.append(
+            TraceRow(event, _measure(self.param), _measure(self.param.grad), self._state())
+        )
+
+    def table(self) -> str:
+        """The rows as a table: one line per call, with ``w``, ``w.grad`` and the optimizer's
+        state (its key, such as ``momentum_buffer``), or their norms for a larger parameter."""
+        if not self.rows:
+            raise ValueError(
+                _(
+                    "nothing was recorded: run backward(), step() or zero_grad() inside "
+                    "`with GradLog(param, optimizer) as log:`"
+                )
+            )
+        names = ["w", "w.grad"] + ([self.state_key] if self.state_key else [])
+        if self.measure == "norm":
+            names = [f"|{name}|" for name in names]
+        table = [[_("call"), *names]]
+        for row in self.rows:
+            values = [row.weight, row.grad] + ([row.state] if self.state_key else [])
+            call = _("start") if row.call == "start" else row.call  # the others are names
+            table.append([call, *("None" if v is None else f"{v:.4g}" for v in values)])
+        widths = [max(width(line[i]) for line in table) + 2 for i in range(len(table[0]))]
+        return "\n".join(
+            "".join(pad(text, size) for text, size in zip(line, widths, strict=True)).rstrip()
+            for line in table
+        )
 
     def __enter__(self) -> GradLog:
+        self.rows.append(
+            TraceRow("start", _measure(self.param), _measure(self.param.grad), self._state())
+        )
         self._handles.append(
             self.param.register_post_accumulate_grad_hook(lambda _: self._log("backward"))
         )

@@ -3,12 +3,15 @@ current figure), so a notebook cell displays it once by ending with it."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 from matplotlib.figure import Figure
 
+from helpers.figures import DescribedFigure
+from helpers.grads import GradLog
 from helpers.training import History
-from helpers.translation import _
+from helpers.translation import N_, _, translate
 
 FIGSIZE = (6.4, 3.2)
 
@@ -119,3 +122,99 @@ def plot_tail_errors(errors: Mapping[str, Mapping[int, float]]) -> Figure:
     ax.legend()
     ax.grid(alpha=0.3)
     return fig
+
+
+def plot_trace(log: GradLog) -> DescribedFigure:
+    """What a parameter, its ``.grad`` and the optimizer's state hold after each call that a
+    :class:`~helpers.grads.GradLog` recorded: one panel each, one column per call, the
+    value written at each point and the panel a call changed shaded. ``None`` is drawn as the
+    word None, with no point, so that it shows apart from zero. Works on any loop: wrap it in
+    ``with GradLog(param, optimizer) as log:`` and pass ``log``."""
+    if not isinstance(log, GradLog):
+        raise TypeError(
+            _(
+                "plot_trace takes the GradLog of a `with GradLog(param, optimizer) as log:` "
+                "block, got {kind}"
+            ).format(kind=type(log).__name__)
+        )
+    if len(log.rows) < 2:
+        raise ValueError(
+            _(
+                "the GradLog recorded no call: run backward(), step() or zero_grad() inside "
+                "`with GradLog(param, optimizer) as log:`, then pass log"
+            )
+        )
+    rows, norm = log.rows, log.measure == "norm"
+    quantities = [("w", [r.weight for r in rows]), ("w.grad", [r.grad for r in rows])]
+    if log.state_key:
+        quantities.append((log.state_key, [r.state for r in rows]))
+
+    def draw(label) -> Figure:
+        fig = Figure(
+            figsize=(max(FIGSIZE[0], 0.5 + 1.1 * len(rows)), 1.3 * len(quantities) + 0.6),
+            dpi=80,
+            layout="constrained",
+        )
+        axes = fig.subplots(len(quantities), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, (name, values) in zip(axes, quantities, strict=True):
+            known = [v for v in values if v is not None]
+            low, high = min([0.0, *known]), max([0.0, *known])
+            margin = (high - low) * 0.35 or 1.0
+            ax.set_ylim(low - margin, high + margin)
+            for i, value in enumerate(values):
+                if i and value != values[i - 1]:  # this call wrote here
+                    ax.axvspan(i - 0.45, i + 0.45, color="#fff0b3", zorder=0)
+                if value is None:
+                    ax.text(i, 0, "None", ha="center", va="center", color="#777", fontsize=9)
+                else:
+                    ax.plot([i], [value], "o", color="#1f5fa8")
+                    ax.annotate(
+                        f"{value:.4g}",
+                        (i, value),
+                        textcoords="offset points",
+                        xytext=(0, 7),
+                        ha="center",
+                        fontsize=9,
+                    )
+            segments = [(i, v) for i, v in enumerate(values) if v is not None]
+            for (i, a), (j, b) in itertools.pairwise(segments):
+                if j == i + 1:
+                    ax.plot([i, j], [a, b], color="#1f5fa8", alpha=0.4)
+            ax.axhline(0, color="#bbb", linewidth=0.8, zorder=0)
+            shown = name.replace("_", "\n")  # momentum_buffer on two lines
+            ax.set_ylabel(f"|{shown}|" if norm else shown, rotation=0, ha="right", va="center")
+            ax.grid(alpha=0.3, axis="y")
+        axes[-1].set_xticks(
+            range(len(rows)), [label(CALL_LABELS[r.call]) for r in rows], fontsize=9
+        )
+        axes[-1].set_xlim(-0.6, len(rows) - 0.4)
+        axes[0].set_title(label(N_("after each call (shaded: what the call changed)")))
+        return fig
+
+    return DescribedFigure(draw, describe_trace(log))
+
+
+# The x-axis labels of plot_trace, by call.
+CALL_LABELS = {
+    "start": N_("start"),
+    "backward": "backward()",
+    "step": "step()",
+    "zero_grad": "zero_grad()",
+}
+
+
+def describe_trace(log: GradLog) -> str:
+    """:func:`plot_trace`'s figure in words: each quantity's value after each call."""
+    calls = ", ".join(translate(CALL_LABELS[r.call]) for r in log.rows)
+    columns = [("w", [r.weight for r in log.rows]), ("w.grad", [r.grad for r in log.rows])]
+    if log.state_key:
+        columns.append((log.state_key, [r.state for r in log.rows]))
+        title = _("Figure: w, w.grad and {state} after each call ({calls}).")
+    else:
+        title = _("Figure: w and w.grad after each call ({calls}).")
+    lines = [title.format(state=log.state_key, calls=calls)]
+    for name, values in columns:
+        shown = " -> ".join("None" if v is None else f"{v:.4g}" for v in values)
+        name = f"|{name}|" if log.measure == "norm" else name
+        lines.append(f"{name}: {shown}")
+    return "\n".join(lines)

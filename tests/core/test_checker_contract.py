@@ -35,7 +35,9 @@ def exercise_checkers() -> dict[str, object]:
 
 
 CHECKERS = exercise_checkers()
-NUMERIC = {name: c for name, c in CHECKERS.items() if hasattr(c, "misconceptions")}
+NUMERIC = {name: c for name, c in CHECKERS.items() if hasattr(c, "expected")}
+CHOICES = {name: c for name, c in CHECKERS.items() if hasattr(c, "options")}
+TRACES = {name: c for name, c in CHECKERS.items() if hasattr(c, "expected_rows")}
 ONE_ANSWER = {
     name: c
     for name, c in CHECKERS.items()
@@ -63,6 +65,57 @@ def test_a_numeric_question_names_at_least_three_mistakes(name):
         assert not math.isclose(value, expected, rel_tol=1e-5, abs_tol=1e-6), value
         result = check(value)
         assert not result.passed and hint in result.message, (value, result.message)
+
+
+def test_the_choice_and_trace_questions_are_found():
+    assert len(CHOICES) >= 3 and len(TRACES) >= 2, (sorted(CHOICES), sorted(TRACES))
+
+
+@pytest.mark.parametrize("name", sorted(CHOICES))
+def test_a_choice_accepts_its_letter_however_written_and_names_each_wrong_option(name):
+    check = CHOICES[name]
+    for form in (check.answer, check.answer.upper(), f"({check.answer})", f" {check.answer}) "):
+        result = check(form)
+        assert result.passed and result.message.startswith(f"({check.answer}) is right: "), form
+    value = check.options[check.answer]
+    assert check(value).passed, "the option's own value is accepted too"
+    for letter, hint in check.misconceptions.items():
+        result = check(letter)
+        assert not result.passed and hint.split(" ")[0] in result.message, (letter, result.message)
+        assert result.message.split(". ", 1)[1].split(" ")[0] in ("Does", "Is"), result.message
+    for given in ("z", "e", ""):
+        assert not check(given).passed
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_a_trace_table_accepts_its_rows_in_any_real_number_type(name):
+    check = TRACES[name]
+    rows = check.expected_rows
+    assert check(rows).passed
+    assert check([list(row) for row in rows]).passed
+    as_tensors = [tuple(None if v is None else torch.tensor(v) for v in row) for row in rows]
+    assert check(tuple(as_tensors)).passed
+    rounded = [tuple(None if v is None else round(v, 4) for v in row) for row in rows]
+    assert check(rounded).passed, "what the learner writes, 2.4 for 2.4000000953674316"
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_a_trace_table_names_the_first_wrong_row_and_never_raises(name):
+    check = TRACES[name]
+    rows = [list(row) for row in check.expected_rows]
+    for number in range(len(rows)):
+        for column, name_of_column in enumerate(check.columns):
+            wrong_rows = [list(row) for row in rows]
+            value = wrong_rows[number][column]
+            wrong_rows[number][column] = 7.25 if value is None else None
+            result = check(wrong_rows)
+            assert not result.passed
+            assert result.message.startswith(f"row {number + 1} ("), result.message
+            assert f", {name_of_column}: " in result.message, result.message
+            assert "?" in result.message, "the hint asks about a misconception first"
+    for bad in ([], rows[:-1], [*rows, rows[-1]], [["4", *rows[0][1:]], *rows[1:]], [rows[0][:1]]):
+        result = check(bad)
+        assert not result.passed and result.message
 
 
 def number_forms(value: float) -> list[object]:
