@@ -9,8 +9,10 @@ The reading model (the README states it too):
 - prose at 120 words a minute (technical text with formulas, read to learn);
 - code at 6 non-blank lines a minute (a learner reads a cell before running it);
 - printed output at 30 lines a minute, and a figure as 15 lines (half a minute);
-- each exercise by its kind: predict 3, write 10, repair 10 minutes, and 30 for the
-  capstone (the write exercise whose heading says "capstone").
+- each exercise by the minutes its prompt states, "(2 min)" in the markdown cell just before
+  it; where the prompt states none, by its kind: predict 3, trace 5, parsons 5, write 10,
+  repair 10, review 10 minutes, and 30 for the capstone (the write exercise whose heading
+  says "capstone").
 
 The main path is every cell outside the "Going deeper (optional)" sections, less the setup cell
 and the folded solutions. Its teaching minutes are the reading minutes of its cells other than
@@ -33,7 +35,16 @@ WORDS_PER_MINUTE = 120
 CODE_LINES_PER_MINUTE = 6
 OUTPUT_LINES_PER_MINUTE = 30
 FIGURE_LINES = 15  # a figure takes as long as 15 lines of output: half a minute
-EXERCISE_MINUTES = {"predict": 3, "write": 10, "repair": 10, "capstone": 30}
+EXERCISE_MINUTES = {
+    "predict": 3,
+    "trace": 5,
+    "parsons": 5,
+    "write": 10,
+    "repair": 10,
+    "review": 10,
+    "capstone": 30,
+}
+STATED_MINUTES = re.compile(r"\((\d+) min\)")
 NOTEBOOK_LIMIT = 60
 COURSE_LIMIT = 7 * 60
 
@@ -43,7 +54,7 @@ MINUTES_LINE = re.compile(
     r"\*\*Minutes:\*\* (\d+) teaching / (\d+) exercises(?: / (\d+) going deeper)?"
 )
 SKIPPED_TAGS = ("course-setup", "solution")  # not on the path: run once, or folded
-KINDS = ("predict", "write", "repair")
+KINDS = ("predict", "trace", "parsons", "write", "repair", "review")
 
 
 class MinutesError(ValueError):
@@ -105,7 +116,7 @@ def exercise_kind(nb, index: int, path: Path) -> str:
     if len(kinds) != 1:
         raise MinutesError(
             f"{path.name}, cell {index}: an exercise cell needs exactly one kind tag "
-            f"(exercise-predict, exercise-write or exercise-repair), it has {tags}"
+            f"({', '.join('exercise-' + kind for kind in KINDS)}), it has {tags}"
         )
     heading = next(
         (
@@ -116,6 +127,22 @@ def exercise_kind(nb, index: int, path: Path) -> str:
         "",
     )
     return "capstone" if "capstone" in heading.lower() else kinds[0]
+
+
+def exercise_minutes(nb, index: int, path: Path) -> int:
+    """The minutes the exercise's prompt states, "(2 min)" in the markdown cell just before
+    it, else its kind's (:data:`EXERCISE_MINUTES`)."""
+    prompt = nb.cells[index - 1] if index else None
+    if prompt is not None and prompt.cell_type == "markdown":
+        stated = STATED_MINUTES.findall(prompt.source)
+        if len(stated) > 1:
+            raise MinutesError(
+                f"{path.name}, cell {index - 1}: an exercise's prompt states its minutes once, "
+                f"it has {len(stated)} '(N min)'"
+            )
+        if stated:
+            return int(stated[0])
+    return EXERCISE_MINUTES[exercise_kind(nb, index, path)]
 
 
 @dataclass
@@ -198,7 +225,8 @@ def measure(path: Path, nb=None, limit: int = NOTEBOOK_LIMIT) -> NotebookMinutes
         if any(tag in tags for tag in SKIPPED_TAGS):
             continue
         if "exercise" in tags:
-            minutes = EXERCISE_MINUTES[exercise_kind(nb, index, path)]
+            exercise_kind(nb, index, path)  # a clear error for a cell without one kind
+            minutes = exercise_minutes(nb, index, path)
             if index in deeper:
                 section.teaching += minutes
             else:

@@ -56,6 +56,33 @@ def test_exercises_count_by_kind_and_a_capstone_by_its_heading(tmp_path):
     assert result.exercises == 43
 
 
+def test_an_exercise_costs_the_minutes_its_prompt_states_else_its_kinds(tmp_path):
+    nb = notebook(
+        new_markdown_cell("## 1. A section\n**Predict (1 min):** which?"),
+        exercise("predict"),
+        new_markdown_cell("## Exercise 99.1: fill in the table (7 min)"),
+        exercise("trace"),
+        new_markdown_cell("## Exercise 99.2: put the lines in order"),
+        exercise("parsons"),
+        new_markdown_cell("## Exercise 99.3: review these loops"),
+        exercise("review"),
+    )
+    result = measure(nb, tmp_path)
+    defaults = minutes.EXERCISE_MINUTES
+    assert [s.exercises for s in result.sections if s.exercises] == [
+        1,
+        7,
+        defaults["parsons"],
+        defaults["review"],
+    ]
+
+
+def test_a_prompt_that_states_two_minutes_is_refused(tmp_path):
+    nb = notebook(new_markdown_cell("## 1. Predict (1 min), then (2 min)"), exercise("predict"))
+    with pytest.raises(minutes.MinutesError, match=r"cell 2: .* states its minutes once"):
+        measure(nb, tmp_path)
+
+
 def test_the_setup_cell_solutions_and_going_deeper_are_off_the_main_path(tmp_path):
     long = " ".join(["word"] * 1200)  # 10 minutes
     nb = notebook(
@@ -115,12 +142,14 @@ def test_every_notebook_and_the_course_fit_and_state_the_computed_minutes():
 
 
 def test_the_readme_states_the_reading_model():
-    readme = minutes.README.read_text(encoding="utf-8")
+    readme = " ".join(minutes.README.read_text(encoding="utf-8").split())  # lines rewrapped
     for phrase in (
         f"{minutes.WORDS_PER_MINUTE} words a minute",
         f"{minutes.CODE_LINES_PER_MINUTE} non-blank lines a minute",
         f"{minutes.OUTPUT_LINES_PER_MINUTE} lines a minute",
-        "predict {predict}, write {write}, repair {repair}".format(**minutes.EXERCISE_MINUTES),
+        "predict {predict}, trace {trace}, parsons {parsons}, write {write}, repair {repair}, "
+        "review {review} minutes".format(**minutes.EXERCISE_MINUTES),
+        '"(2 min)"',
         f"capstone {minutes.EXERCISE_MINUTES['capstone']}",
         f"at most {minutes.NOTEBOOK_LIMIT} minutes",
     ):
