@@ -21,6 +21,8 @@ from helpers.checks import (
 )
 from helpers.data import split_batches
 from helpers.grads import grad_state
+from helpers.predictions import choice_checker
+from helpers.trace_tables import Call, trace_checker
 from helpers.training import train_steps
 from helpers.translation import N_, _
 
@@ -169,3 +171,120 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
             "per batch."
         )
     )
+
+
+check_second_backward = choice_checker(
+    {"a": 2.0, "b": 4.0, "c": "an error"},
+    "b",
+    why=N_(
+        "the second backward() adds its gradient 2 to the 2 already in `.grad`; it never "
+        "replaces it."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does backward() replace `.grad`? It adds: the second call adds its 2 to the 2 "
+            "the first one left, so `.grad` holds 4."
+        ),
+        "c": N_(
+            "Does a second backward() fail? Only through a graph that the first one already "
+            "used. Here each line computes w ** 2 afresh, so each backward() has a graph of "
+            "its own."
+        ),
+    },
+    reveal="== (2.0, 4.0)",
+    doc="""Section 2's prediction: ``w.grad`` after two ``(w**2).sum().backward()`` at w = 1,
+    before the cell that prints it.""",
+)
+
+
+check_trace_prediction = choice_checker(
+    {
+        "a": "w = 1.0, w.grad = None",
+        "b": "w = 0.6, w.grad = None",
+        "c": "w = 0.6, w.grad = 0.0",
+        "d": "w = 0.6, w.grad = 4.0",
+    },
+    "b",
+    why=N_(
+        "step() moved w by -lr × .grad = -0.1 × 4, and zero_grad() then set `.grad` to "
+        "None; neither undoes the other."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does zero_grad() undo the step? It touches only `.grad`: w keeps what step() "
+            "made of it, 1 - 0.1 × 4 = 0.6."
+        ),
+        "c": N_(
+            "Does zero_grad() write zeros? By default (set_to_none=True) it sets `.grad` to "
+            "None, which is not a tensor of zeros."
+        ),
+        "d": N_(
+            "Does zero_grad() leave `.grad` alone, or does step() refill it? zero_grad() sets "
+            "it to None; only a backward() fills it again."
+        ),
+    },
+    reveal="w.grad: None -> 2 -> 4 -> 4 -> None -> 1.2 -> 1.2",
+    doc="""Section 3's prediction: w and ``w.grad`` after backward, backward, step and
+    zero_grad at w = 1, lr = 0.1, before the trace that shows them.""",
+)
+
+
+check_trace_table = trace_checker(
+    2.0,
+    torch.optim.SGD,
+    [
+        Call("backward", lambda w: w**2),
+        Call("step"),
+        Call("backward", lambda w: w**2),
+        Call("step"),
+        Call("zero_grad"),
+        Call("backward", lambda w: 3 * w),
+    ],
+    lr=0.25,
+    doc="""Exercise 01.2: the trace table of backward, step, backward, step, zero_grad,
+    backward at w = 2, lr = 0.25 (plain SGD), a row (w, w.grad) per call.""",
+)
+
+
+check_article_prediction = choice_checker(
+    {
+        "a": "it climbs and explodes",
+        "b": "it stays in range, often lower",
+        "c": "it is the same",
+    },
+    "b",
+    why=N_(
+        "at lr = 0.01 the summed gradient makes bigger steps, not wild ones: over 15 steps "
+        "the loss stays in the correct run's range and is lower on most of them."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does the summed gradient blow up at once? Its norm grows, from 1.8 to about 10, "
+            "but at lr = 0.01 the steps stay small: the loss stays in the correct run's range."
+        ),
+        "c": N_(
+            "Is the missing zero_grad harmless here? From the second step on, `.grad` holds "
+            "the sum of every gradient so far, so the steps differ and so do the losses."
+        ),
+    },
+    reveal="steps where the run without zero_grad has the lower loss: 11 of 15",
+    doc="""Section 4's prediction: what the loss without ``zero_grad`` does over 15 steps at
+    lr = 0.01, before the table that shows it.""",
+)
+
+
+check_momentum_trace = trace_checker(
+    3.0,
+    torch.optim.SGD,
+    [
+        Call("backward", lambda w: w**2),
+        Call("step"),
+        Call("zero_grad"),
+        Call("backward", lambda w: w**2),
+        Call("step"),
+    ],
+    lr=0.1,
+    momentum=0.9,
+    doc="""Exercise 01.4: the trace table of backward, step, zero_grad, backward, step at
+    w = 3, lr = 0.1, momentum 0.9, a row (w, w.grad, momentum_buffer) per call.""",
+)

@@ -1,0 +1,84 @@
+"""Predict before the reveal: a prediction whose answer a later cell shows stands before that
+cell. Each such checker (helpers/predictions.py) names the text that reveals its answer; the
+text must be printed after the prompt and by no output before it, and the prompt must show
+every option its checker knows."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+from course import cells_tagged, notebook_paths, read
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+PATHS = notebook_paths()
+CALL = re.compile(r"^(check_\w+)\(", re.MULTILINE)
+IMPORT = re.compile(r"^from ([\w.]+) import (check_\w+)$", re.MULTILINE)
+
+
+def printed(cell) -> str:
+    if cell.cell_type != "code":
+        return ""
+    texts = []
+    for output in cell.get("outputs", []):
+        texts.append(str(output.get("text", "")))
+        texts.append(str(output.get("data", {}).get("text/plain", "")))
+    return "".join(texts)
+
+
+def prompt_checkers(nb):
+    """(cell index, checker) for each predict exercise whose checker names a reveal."""
+    found = []
+    for index in cells_tagged(nb, "exercise-predict"):
+        source = nb.cells[index].source
+        imports = dict((name, module) for module, name in IMPORT.findall(source))
+        for name in CALL.findall(source):
+            check = getattr(importlib.import_module(imports[name]), name)
+            if getattr(check, "reveal", None):
+                found.append((index, check))
+    return found
+
+
+def reveal_problems(nb) -> list[str]:
+    problems = []
+    for index, check in prompt_checkers(nb):
+        before = [i for i in range(index) if check.reveal in printed(nb.cells[i])]
+        after = [i for i in range(index + 1, len(nb.cells)) if check.reveal in printed(nb.cells[i])]
+        if before:
+            problems.append(f"cell {index}: cell {before[0]} prints its answer before it")
+        if not after:
+            problems.append(f"cell {index}: no later cell prints {check.reveal!r}")
+        prompt = nb.cells[index - 1].source
+        missing = [letter for letter in check.options if f"({letter})" not in prompt]
+        if missing:
+            problems.append(f"cell {index}: its prompt does not show option(s) {missing}")
+    return problems
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])
+def test_no_prediction_is_answered_before_it_is_asked(path):
+    assert reveal_problems(read(path)) == []
+
+
+def test_the_course_predicts_before_it_reveals():
+    counted = sum(len(prompt_checkers(read(path))) for path in PATHS)
+    assert counted >= 3, "the predictions with a reveal are found"
+
+
+def test_a_reveal_printed_before_its_prompt_is_found():
+    reveal = "== (2.0, 4.0)"  # what check_second_backward's reveal cell prints
+    prompt = new_markdown_cell("(a) 2.0 (b) 4.0")
+    exercise = new_code_cell(
+        "from helpers.autograd_accumulates.checkers_01 import check_second_backward\n\n"
+        "answer = ...\ncheck_second_backward(answer)",
+        metadata={"tags": ["exercise", "exercise-predict"]},
+    )
+    shown = new_code_cell("check(...)", outputs=[new_output("stream", name="stdout", text=reveal)])
+    nb = new_notebook(cells=[shown, prompt, exercise])
+    problems = reveal_problems(nb)
+    assert any("cell 0 prints its answer before it" in p for p in problems), problems
+    assert any("no later cell prints" in p for p in problems), problems
+    assert any("does not show option(s) ['c']" in p for p in problems), problems
+    nb = new_notebook(cells=[new_markdown_cell("(a) (b) (c)"), exercise, shown])
+    assert reveal_problems(nb) == []
