@@ -148,6 +148,12 @@ def _hint(call: str, column: str, given, before: TraceRow, after: TraceRow, lr, 
                 "does step() add the gradient? It subtracts: w - lr × {used} = {before} - "
                 "{lr} × {used} = {w}."
             ).format(used=_show(used), before=_show(before.weight), lr=lr, w=_show(w))
+        if state is not None and before.state is not None and given is not None:
+            if _same(given, before.weight - lr * before.state):
+                return _(
+                    "does step() move w by the buffer it held before this step? It first "
+                    "stores the new buffer, {state}, then moves w by it."
+                ).format(state=_show(state))
         if state is not None:
             return _(
                 "which direction does step() take with momentum? The buffer's, not .grad's: "

@@ -156,6 +156,19 @@ class TestTraceChecker:
             result = check(bad)
             assert not result.passed and fragment in result.message, (bad, result.message)
 
+    def test_a_step_by_the_old_buffer_is_named(self):
+        calls = (
+            Call("backward", lambda w: w**2),
+            Call("step"),
+            Call("backward", lambda w: w**2),
+            Call("step"),
+        )
+        check = trace_checker(3.0, torch.optim.SGD, calls, lr=0.1, momentum=0.9, doc="")
+        rows = [list(row) for row in check.expected_rows]
+        rows[3][0] = rows[2][0] - 0.1 * rows[2][2]  # moved by the buffer of the step before
+        result = check(rows)
+        assert "the buffer it held before this step" in result.message, result.message
+
     def test_a_call_is_checked_when_it_is_made(self):
         with pytest.raises(ValueError, match="backward, step or zero_grad"):
             Call("forward")
