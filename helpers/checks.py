@@ -424,10 +424,13 @@ def number_checker(
     fallback: str,
     *,
     doc: str,
+    reveal: str | None = None,
 ) -> Callable[[object], CheckResult]:
     """A checker for a numeric question. ``misconceptions`` maps the number each common
     mistake gives to a hint that names the mistake; ``expected`` may be computed (a function
-    of no arguments). The checker keeps both as attributes, so the tests can try each one."""
+    of no arguments). The checker keeps both as attributes, so the tests can try each one.
+    ``reveal``, for a prediction that a later cell answers, is the text that cell prints
+    (``tests/course/test_predictions_come_first.py`` checks that nothing prints it before)."""
     if callable(expected):
         expected_value = expected
     else:
@@ -449,4 +452,5 @@ def number_checker(
     check.__doc__ = doc
     check.expected = expected_value
     check.misconceptions = misconceptions
+    check.reveal = reveal
     return check

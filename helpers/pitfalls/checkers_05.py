@@ -1,11 +1,12 @@
-"""Checkers for notebook 05, pitfalls: predict what clipping every micro-batch leaves in
-``.grad`` (exercise 05.1)."""
+"""Checkers for notebook 05, pitfalls: predict what each bug does before its run shows it,
+and what clipping every micro-batch leaves in ``.grad`` (exercise 05.1)."""
 
 from __future__ import annotations
 
 import math
 
 from helpers.checks import number_checker
+from helpers.predictions import choice_checker
 from helpers.translation import N_
 
 CLIP_MAX_NORM, CLIP_K = 0.5, 4
@@ -36,4 +37,125 @@ check_clipped_norm = number_checker(
     ),
     doc="Exercise 05.1: the norm of the gradient that step() uses when clip_grad_norm_("
     "max_norm=0.5) runs after every one of 4 micro-batch backward() calls.",
+    reveal="clipping every micro-batch: the step's norm is 0.5",
+)
+
+
+check_missing_zero_grad = choice_checker(
+    {
+        "a": "lower than the correct loop's",
+        "b": "about the first step's",
+        "c": "thousands of times the first",
+    },
+    "c",
+    why=N_(
+        "each step applies the sum of every gradient so far, and momentum 0.9 piles those "
+        "sums up again: the steps grow every batch until the loss overflows."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does a missing zero_grad stay harmless, as in notebook 01's short run? That run "
+            "had no momentum; here momentum 0.9 adds up the summed gradients once more, and "
+            "the steps grow every batch."
+        ),
+        "b": N_(
+            "Does the loss stay where it started? Each step applies every earlier gradient "
+            "again, and momentum 0.9 adds them up once more: the steps grow every batch."
+        ),
+    },
+    reveal="the loss overflows to inf at step 27 of 36",
+    doc="Section 2's prediction: the loss of the loop without zero_grad, with momentum 0.9.",
+)
+
+
+check_zero_between = choice_checker(
+    {"a": "they train as usual", "b": "they move a tiny amount", "c": "no weight moves"},
+    "c",
+    why=N_(
+        "zero_grad() ran between backward() and step(): every `.grad` is None when step() "
+        "runs, and step() skips a parameter whose `.grad` is None."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does step() still find the gradients? zero_grad() ran after backward(): with "
+            "set_to_none=True every `.grad` is None when step() runs."
+        ),
+        "b": N_(
+            "Where would a tiny move come from? With set_to_none=True there is no gradient at "
+            "all, not a small one, and this optimizer has no weight decay."
+        ),
+    },
+    reveal="12 steps moved no weight == 0.0",
+    doc="Section 3's prediction: what zero_grad() between backward() and step() leaves.",
+)
+
+
+check_dropped_tail = choice_checker(
+    {"a": 0, "b": 2, "c": 4},
+    "b",
+    why=N_(
+        "the loop steps after micro-batches 4 and 8; micro-batches 9 and 10 add into `.grad` "
+        "and no step follows them."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does `(i + 1) % k == 0` catch the end of the data? It is true at i + 1 = 4 and "
+            "8 only: micro-batches 9 and 10 add into `.grad`, and no step follows."
+        ),
+        "c": N_(
+            "Is the tail a whole window? 10 = 2 × 4 + 2: two full windows of 4, and a tail "
+            "of 2 that no step follows."
+        ),
+    },
+    reveal="micro-batches never stepped: 2 of 10",
+    doc="Section 5's prediction: how many of 10 micro-batches never reach a step with k = 4.",
+)
+
+
+check_graph_bytes = choice_checker(
+    {"a": "12 batches' worth", "b": "one batch's", "c": "none"},
+    "c",
+    why=N_(
+        "each backward() freed what its graph had saved; `total` keeps the chain of nodes, "
+        "which grows every batch, but no activation."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does a kept graph keep its activations? Each backward() freed what its graph "
+            "had saved: `total` keeps the nodes, not their tensors."
+        ),
+        "b": N_(
+            "Does the last batch's graph keep its activations? Its backward() ran too, and "
+            "freed them: `total` keeps only nodes."
+        ),
+    },
+    reveal="activation bytes those graphs still hold: 0",
+    doc="Section 7's prediction: the activation bytes the graphs kept by `total += loss` hold.",
+)
+
+
+check_new_head = choice_checker(
+    {
+        "a": "gradients, and weights that moved",
+        "b": "gradients, and weights that never moved",
+        "c": "no gradients",
+    },
+    "b",
+    why=N_(
+        "backward() gives every parameter that requires grad a gradient, the new head's "
+        "too; step() moves only the parameters in the optimizer's param groups."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does the optimizer see a layer added after it was built? It holds the "
+            "parameters it was given: the new head's are in no param group, and step() "
+            "never touches them."
+        ),
+        "c": N_(
+            "Does backward() need the optimizer? It computes a gradient for every "
+            "parameter that requires grad, the new head's included; only step() skips them."
+        ),
+    },
+    reveal="largest change of the new head's weights: 0.0",
+    doc="Section 8's prediction: a head swapped in after the optimizer was built.",
 )

@@ -50,7 +50,8 @@ def reveal_problems(nb) -> list[str]:
         if not after:
             problems.append(f"cell {index}: no later cell prints {check.reveal!r}")
         prompt = nb.cells[index - 1].source
-        missing = [letter for letter in check.options if f"({letter})" not in prompt]
+        options = getattr(check, "options", {})  # a number to predict has none
+        missing = [letter for letter in options if f"({letter})" not in prompt]
         if missing:
             problems.append(f"cell {index}: its prompt does not show option(s) {missing}")
     return problems
