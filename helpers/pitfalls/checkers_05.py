@@ -1,13 +1,25 @@
 """Checkers for notebook 05, pitfalls: predict what each bug does before its run shows it,
-and what clipping every micro-batch leaves in ``.grad`` (exercise 05.1)."""
+what clipping every micro-batch leaves in ``.grad`` (exercise 05.1), and review six loops
+nobody labelled (exercise 05.2)."""
 
 from __future__ import annotations
 
 import math
 
-from helpers.checks import number_checker
+from helpers.audit import CODES
+from helpers.checks import (
+    NOT_ANSWERED,
+    AnswerKindError,
+    CheckResult,
+    checker,
+    correct,
+    is_unanswered,
+    number_checker,
+    wrong,
+)
+from helpers.pitfalls.review_loops import REVIEW_KEY
 from helpers.predictions import choice_checker
-from helpers.translation import N_
+from helpers.translation import N_, _, translate
 
 CLIP_MAX_NORM, CLIP_K = 0.5, 4
 
@@ -159,3 +171,133 @@ check_new_head = choice_checker(
     reveal="largest change of the new head's weights: 0.0",
     doc="Section 8's prediction: a head swapped in after the optimizer was built.",
 )
+
+
+OK_WORDS = ("ok", "correct", "fine", "no bug", "none")
+# What a wrong verdict on each loop asks first: marked buggy when it is correct ("ok"), marked
+# correct when it is buggy ("bug"), or given another rule than the one it breaks ("rule").
+REVIEW_HINTS = {
+    ("A", "ok"): N_(
+        "Loop A zeroes after the forward pass: does the forward pass read or write `.grad`? "
+        "It does not; what counts is that `.grad` is empty before this batch's backward(), "
+        "and it is."
+    ),
+    ("B", "bug"): N_(
+        "Loop B zeroes once, before the loop: what does `.grad` hold at its second step()? "
+        "The gradients of both batches: each step applies every gradient so far. Which rule "
+        "is that?"
+    ),
+    ("B", "rule"): N_(
+        "Loop B breaks a rule, but not that one: what does `.grad` hold at its second step()?"
+    ),
+    ("C", "ok"): N_(
+        "Loop C keeps zeros instead of None: does backward() add differently to zeros? It "
+        "adds this batch's gradient to them, as it fills a None: the step is the same."
+    ),
+    ("D", "bug"): N_(
+        "Loop D clips after every backward(): what does the clip after the first backward() "
+        "of a window do to the partial sum in `.grad`? Which rule is that?"
+    ),
+    ("D", "rule"): N_(
+        "Loop D breaks a rule, but not that one: where does it clip, and how often per step()?"
+    ),
+    ("E", "ok"): N_(
+        "Loop E zeroes at the end of each iteration: is that before the next backward()? "
+        "It is, after step(): where zero_grad() may go. The first batch finds `.grad` None."
+    ),
+    ("F", "bug"): N_(
+        "Loop F zeroes between backward() and step(): what does step() find in `.grad`? "
+        "Which rule is that?"
+    ),
+    ("F", "rule"): N_("Loop F breaks a rule, but not that one: what does step() find in `.grad`?"),
+}
+
+
+def _verdict(value: object, letter: str, rules: tuple[str, ...]) -> str:
+    if value is None:
+        return "ok"
+    if not isinstance(value, str):
+        raise AnswerKindError(
+            _('loop {letter}: write "ok" or the rule id it breaks, as a string, got {kind}').format(
+                letter=letter, kind=type(value).__name__
+            )
+        )
+    text = value.strip().strip("`").strip().lower().replace("_", "-").replace(" ", "-")
+    if text.replace("-", " ") in OK_WORDS:
+        return "ok"
+    if text not in rules:
+        raise AnswerKindError(
+            _("loop {letter}: {value!r} is not a rule id; use one of: {rules}").format(
+                letter=letter, value=value, rules=", ".join(("ok", *rules))
+            )
+        )
+    return text
+
+
+@checker
+def check_loop_review(answer: object) -> CheckResult:
+    """Exercise 05.2: a verdict per loop of :mod:`helpers.pitfalls.review_loops`, "ok" or the
+    rule id it breaks, as a dict such as ``{"A": "ok", "B": "missing-zero-grad", ...}``."""
+    if is_unanswered(answer):
+        return wrong(NOT_ANSWERED)
+    letters = list(REVIEW_KEY)
+    buggy = {letter for letter, rule in REVIEW_KEY.items() if rule != "ok"}
+    rules = tuple(code for code in CODES)
+    if isinstance(answer, (set, frozenset, list, tuple)) and all(
+        isinstance(item, str) for item in answer
+    ):
+        marked = {item.strip().upper() for item in answer}
+        if marked == buggy:
+            return wrong(
+                _(
+                    "{letters} are the buggy ones. Now name the rule each breaks: answer "
+                    'with a dict such as {{"A": "ok", "B": "<rule id>", ...}}'
+                ).format(letters=", ".join(sorted(buggy)))
+            )
+        return wrong(
+            _(
+                'answer with a dict, a verdict per loop: "ok" or the rule id it breaks, '
+                'such as {{"A": "ok", "B": "<rule id>", ...}}'
+            )
+        )
+    if not isinstance(answer, dict):
+        raise AnswerKindError(
+            _(
+                'answer must be a dict, a verdict per loop, such as {{"A": "ok", "B": '
+                '"<rule id>", ...}}; got {kind}'
+            ).format(kind="None" if answer is None else type(answer).__name__)
+        )
+    given = {str(key).strip().upper(): value for key, value in answer.items()}
+    if given and all(value is Ellipsis for value in given.values()):
+        return wrong(NOT_ANSWERED)
+    unfilled = [letter for letter in letters if given.get(letter) is Ellipsis]
+    if unfilled:
+        return wrong(
+            _('loop {letter} still holds ...: write "ok" or the rule id it breaks').format(
+                letter=unfilled[0]
+            )
+        )
+    missing = [letter for letter in letters if letter not in given]
+    if missing:
+        return wrong(
+            _("give a verdict for every loop, A to {last}: missing {missing}").format(
+                last=letters[-1], missing=", ".join(missing)
+            )
+        )
+    for letter in letters:
+        verdict, right = _verdict(given[letter], letter, rules), REVIEW_KEY[letter]
+        if verdict == right:
+            continue
+        kind = "ok" if right == "ok" else ("bug" if verdict == "ok" else "rule")
+        return wrong(translate(REVIEW_HINTS[letter, kind]))
+    return correct(
+        _(
+            "every verdict is right: A, C and E empty `.grad` before each backward() (after "
+            "the forward pass, with zeros, at the end of the loop); B never empties it between "
+            "steps, D clips partial sums, and F empties it right before the step."
+        )
+    )
+
+
+check_loop_review.key = REVIEW_KEY
+check_loop_review.hints = REVIEW_HINTS
