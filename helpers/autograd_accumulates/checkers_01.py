@@ -86,8 +86,8 @@ check_weight_without_zero_grad = number_checker(
         "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
         "subtracts lr times that."
     ),
-    doc="""Exercise 01.2: start at w = 1.0, lr = 0.1, three SGD steps whose backward calls
-    contribute 1, 2 and 3, and no ``zero_grad``. The steps use 1, 1+2 and 1+2+3, so
+    doc="""Exercise 01.5 (optional): start at w = 1.0, lr = 0.1, three SGD steps whose
+    backward calls contribute 1, 2 and 3, and no ``zero_grad``. The steps use 1, 1+2 and 1+2+3, so
     w = 1 - 0.1 * (1 + 3 + 6) = 0.0.""",
 )
 
@@ -111,7 +111,7 @@ def _overall_grad_state(model: nn.Module) -> str:
 
 @checker
 def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
-    """Exercise 01.3: ``train_one_epoch(model, optimizer, batches)`` must take one SGD step
+    """Exercise 01.2: ``train_one_epoch(model, optimizer, batches)`` must take one SGD step
     per batch, each with the gradient of that batch's MSE loss alone."""
     if is_unanswered(train_one_epoch):
         return wrong(NOT_ANSWERED)
@@ -241,7 +241,7 @@ check_trace_table = trace_checker(
         Call("backward", lambda w: 3 * w),
     ],
     lr=0.25,
-    doc="""Exercise 01.2: the trace table of backward, step, backward, step, zero_grad,
+    doc="""Exercise 01.3: the trace table of backward, step, backward, step, zero_grad,
     backward at w = 2, lr = 0.25 (plain SGD), a row (w, w.grad) per call.""",
 )
 
