@@ -1,0 +1,86 @@
+"""Parsons problems: every order that trains as the reference does is accepted, a distractor
+or a missing line is answered with its rule, a misordered loop with the exercise's hint, and
+bad input with what is expected; and the course's Parsons problem (03) holds its key."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from torch.nn import functional as F
+
+from helpers.gradient_accumulation.checkers_03 import check_window_order
+from helpers.parsons import parsons_checker
+
+RIGHT = "cajhfkeg"
+
+
+def test_every_correct_order_is_accepted_however_written():
+    for order in (RIGHT, "cjahfkeg", RIGHT.upper(), " ".join(RIGHT), list(RIGHT), tuple(RIGHT)):
+        result = check_window_order(order)
+        assert result.passed, (order, result.message)
+
+
+def test_the_correct_orders_are_those_that_zero_once_per_window_outside_its_backward_passes():
+    needed = sorted(check_window_order.required)
+    passing = {
+        "".join(order)
+        for order in itertools.permutations(needed)
+        if order[0] == "c" and check_window_order("".join(order)).passed  # c opens the loop
+    }
+    # zero_grad (j) before the window's micro-batches, or after its step: at the end of a
+    # window it empties .grad for the next one, and the first window finds it None
+    assert passing == {RIGHT, "cjahfkeg", "cahfkejg", "cahfkegj"}
+
+
+@pytest.mark.parametrize("letter", sorted(check_window_order.distractors))
+def test_a_distractor_is_answered_with_its_rule(letter):
+    for at in range(1, len(RIGHT) + 1):
+        result = check_window_order(RIGHT[:at] + letter + RIGHT[at:])
+        assert not result.passed
+        assert result.message.startswith(f"line {letter} does not belong: ")
+        assert "?" in result.message
+
+
+@pytest.mark.parametrize("letter", sorted(check_window_order.required))
+def test_a_missing_line_is_named(letter):
+    result = check_window_order(RIGHT.replace(letter, ""))
+    assert not result.passed
+    assert result.message.startswith(f"your order leaves out line {letter}: ")
+
+
+def test_a_misordered_loop_gets_the_hint_and_never_raises():
+    for order in ("cajhfkge", "cahfkjeg", "ajchfkeg", "hcajfkeg", "cajhkfeg"):
+        result = check_window_order(order)
+        assert not result.passed and result.message, order
+    assert "zero_grad(), step() and scheduler.step()" in check_window_order("cajhfkge").message
+    assert "do not make a function" in check_window_order("ajchfkeg").message
+    assert "before the line that makes it" in check_window_order("cajhkfeg").message
+
+
+def test_bad_input_gets_what_is_expected():
+    for answer, fragment in (
+        (None, "answer with the letters in order"),
+        (7, "answer with the letters in order"),
+        ("cajz", "there is no line z"),
+        ("cajj", "line j appears twice"),
+        ([1, 2], "answer with the letters in order"),
+    ):
+        result = check_window_order(answer)
+        assert not result.passed and fragment in result.message, (answer, result.message)
+    assert check_window_order(...).unanswered
+
+
+def test_a_problem_is_refused_unless_its_letters_fit():
+    with pytest.raises(ValueError, match="letters of lines"):
+        parsons_checker(
+            "def f():",
+            {"a": "return 1"},
+            distractors={"z": "Is it?"},
+            required={},
+            runs_right=lambda function: True,
+            misordered="",
+            why="",
+            doc="",
+            names={"F": F},
+        )
