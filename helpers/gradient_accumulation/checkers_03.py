@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from helpers.accumulation import full_batch_gradients, windows
 from helpers.checks import (
@@ -27,6 +29,7 @@ from helpers.checks import (
 from helpers.data import make_padded_tokens
 from helpers.grads import StepGradients
 from helpers.models import NORMS, TokenModel
+from helpers.parsons import parsons_checker
 from helpers.translation import N_, _, translate
 
 K = 4
@@ -475,3 +478,102 @@ def check_scheduler_steps(scheduler_steps: Callable) -> CheckResult:
         _(" Return it as an int: OneCycleLR(total_steps=...) refuses a float.") if as_float else ""
     )
     return correct(_("one step per window, the short last window of every epoch counted.") + note)
+
+
+def _window_problem():
+    """Ten micro-batches of 4 samples (k = 4 leaves a tail of 2), a small classifier and a
+    scheduler whose learning rate falls every step."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        model = nn.Linear(3, 2)
+        micro_batches = [(torch.randn(4, 3), torch.randint(0, 2, (4,))) for _ in range(10)]
+    return model, micro_batches
+
+
+def train_windows(model, optimizer, scheduler, micro_batches, k):
+    """The window loop of notebook 03, section 2, with a scheduler: the reference of the
+    Parsons problem."""
+    for start in range(0, len(micro_batches), k):
+        window = micro_batches[start : start + k]  # the last window may hold fewer than k
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            loss = F.cross_entropy(model(inputs), targets)
+            (loss / len(window)).backward()  # the window's mean, whatever its size
+        optimizer.step()
+        scheduler.step()
+
+
+def _trained(function) -> tuple[torch.Tensor, int]:
+    model, micro_batches = _window_problem()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 / (1 + step))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a scheduler stepped before the optimizer warns
+        function(model, optimizer, scheduler, micro_batches, 4)
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return weights, scheduler.last_epoch
+
+
+def _window_loop_runs_right(function) -> bool:
+    weights, steps = _trained(function)
+    want, want_steps = _trained(train_windows)
+    return steps == want_steps and torch.allclose(weights, want, rtol=1e-5, atol=1e-7)
+
+
+check_window_order = parsons_checker(
+    "def train(model, optimizer, scheduler, micro_batches, k):",
+    {
+        "a": "    window = micro_batches[start : start + k]",
+        "b": "        (loss / k).backward()",
+        "c": "for start in range(0, len(micro_batches), k):",
+        "d": "        optimizer.zero_grad()",
+        "e": "    optimizer.step()",
+        "f": "        loss = F.cross_entropy(model(inputs), targets)",
+        "g": "    scheduler.step()",
+        "h": "    for inputs, targets in window:",
+        "i": "        scheduler.step()",
+        "j": "    optimizer.zero_grad()",
+        "k": "        (loss / len(window)).backward()",
+    },
+    distractors={
+        "b": N_(
+            "does `loss / k` fit the short last window? It holds fewer than k "
+            "micro-batches: divide by `len(window)`."
+        ),
+        "d": N_(
+            "does a zero_grad() inside the micro-batch loop leave anything to add up? It "
+            "empties `.grad` before every micro-batch."
+        ),
+        "i": N_(
+            "does the schedule count micro-batches or optimizer steps? A scheduler stepped "
+            "per micro-batch runs k times too fast."
+        ),
+    },
+    required={
+        "c": N_("what makes a window of every k micro-batches? The loop over `start`."),
+        "a": N_("which micro-batches are in this window? The slice that makes `window`."),
+        "j": N_(
+            "what empties `.grad` before each window? Without it, each step adds the "
+            "windows before it."
+        ),
+        "h": N_("what runs the window's micro-batches? The loop over `window`."),
+        "f": N_("what computes each micro-batch's loss?"),
+        "k": N_("which line runs backward()? Without it no gradient reaches step()."),
+        "e": N_("which line moves the weights? Without optimizer.step() nothing trains."),
+        "g": N_("where does the scheduler step? Once per optimizer step, right after it."),
+    },
+    runs_right=_window_loop_runs_right,
+    misordered=N_(
+        "are zero_grad(), step() and scheduler.step() where they belong? The lines are the "
+        "right ones, but in this order the loop does not zero once per window, run backward() "
+        "on each micro-batch, then step the optimizer and the scheduler once."
+    ),
+    why=N_(
+        "one zero_grad(), one backward() per micro-batch with its loss divided by the "
+        "window's real size, then one step() and one scheduler.step() per window: the short "
+        "tail gets its whole gradient."
+    ),
+    doc="""Section 2's Parsons problem: the window loop with a scheduler, from shuffled lines
+    with three distractors (``loss / k``, a zero_grad and a scheduler step per micro-batch).""",
+    names={"F": F},
+)
