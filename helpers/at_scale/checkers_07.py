@@ -103,15 +103,16 @@ check_trainer_window_loss = number_checker(
 AMP_CALL = "amp_window(model, optimizer, scaler, window)"
 
 
-WINDOW_SAMPLES = 24  # every window of exercise 07.2 holds 24 samples
+FULL_WINDOW_SAMPLES = 24  # exercise 07.2's full windows hold 24 samples; its last one 12
 
 
 def amp_setup():
-    """A model, its optimizer and scaler, and three windows of 3 micro-batches (24 samples
-    each): the first with large gradients (clipping acts), the second with a micro-batch whose
-    targets are infinite (its gradients overflow: the scaler skips the step and halves the
-    scale), the third with small gradients and micro-batches of 12, 8 and 4 samples (the
-    weighting by samples shows)."""
+    """A model, its optimizer and scaler, and four windows: three of 3 micro-batches (24
+    samples each), then a short last one of 2 (12 samples). The first has large gradients
+    (clipping acts); the second a micro-batch whose targets are infinite (its gradients
+    overflow: the scaler skips the step and halves the scale); the third small gradients and
+    micro-batches of 12, 8 and 4 samples (the weighting by samples shows); the last, micro-
+    batches of 8 and 4 (a window divided by a full window's 24 samples shows)."""
     from helpers.data import make_teacher_batches
     from helpers.models import make_mlp
 
@@ -120,8 +121,11 @@ def amp_setup():
     overflow = [batches[3], (batches[4][0], torch.full_like(batches[4][1], float("inf")))]
     inputs, targets = (torch.cat(part) for part in zip(*batches[6:], strict=True))
     uneven = list(zip(inputs.split([12, 8, 4]), (0.02 * targets).split([12, 8, 4]), strict=True))
-    windows = [batches[:3], [*overflow, batches[5]], uneven]
-    assert all(sum(len(y) for _, y in w) == WINDOW_SAMPLES for w in windows)
+    (x, y), (x2, y2) = make_teacher_batches(n_batches=2, batch_size=8, seed=5)
+    tail = [(x, 0.02 * y), (x2[:4], 0.02 * y2[:4])]
+    windows = [batches[:3], [*overflow, batches[5]], uneven, tail]
+    samples = [sum(len(y) for _, y in w) for w in windows]
+    assert samples == [FULL_WINDOW_SAMPLES] * 3 + [12], samples
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     return model, optimizer, torch.amp.GradScaler("cpu", init_scale=2.0**12), windows
 
@@ -304,6 +308,11 @@ AMP_MISTAKES = {
         "each by its share of the window's samples: F.mse_loss(...) * len(targets) / samples, "
         "with samples the window's total."
     ),
+    "full-window samples": N_(
+        "each micro-batch's loss was divided by a full window's 24 samples: the last window "
+        "holds 12. Weight each micro-batch by its share of its own window's samples, "
+        "len(targets) / samples, with samples = sum(len(targets) for _, targets in window)."
+    ),
     "no division": N_(
         "each micro-batch's loss must be weighted by its share of the window's "
         "samples (len(targets) / samples, the window's total): without it the window's gradient "
@@ -322,11 +331,20 @@ def _amp_reference(windows, mistake: str | None = None):
     :data:`AMP_MISTAKES`."""
     model, optimizer, scaler, _ = amp_setup()
     k = len(windows[0])
+    window_of = iter([w for w in windows for _ in w])  # loss_fn runs once per micro-batch
 
-    def loss_fn(outputs, targets):  # train_accumulating weights it by len(targets) / 24
-        share = {"micro-batch count": 1 / k, "no division": 1}.get(mistake)
+    def loss_fn(outputs, targets):  # train_accumulating weights it by len(targets) / samples
         mean = F.mse_loss(outputs, targets)
-        return mean if share is None else mean * share * WINDOW_SAMPLES / len(targets)
+        window = next(window_of)
+        weights = {
+            "micro-batch count": 1 / len(window),
+            "full-window samples": len(targets) / FULL_WINDOW_SAMPLES,
+            "no division": 1.0,
+        }
+        if mistake not in weights:
+            return mean
+        samples = sum(len(y) for _, y in window)
+        return mean * weights[mistake] * samples / len(targets)
 
     train_accumulating(
         model, optimizer, [b for w in windows for b in w], k, loss_fn=loss_fn,
@@ -339,7 +357,7 @@ def _amp_reference(windows, mistake: str | None = None):
 def check_amp_window(amp_window: object) -> CheckResult:
     """Exercise 07.2: ``amp_window(model, optimizer, scaler, window)`` runs one accumulation
     window with a GradScaler (bfloat16 autocast on the CPU, MSE loss, clipping to norm 1.0).
-    Over three windows (the second one overflows) it must match the course's
+    Over four windows (the second one overflows, the last one is short) it must match the course's
     ``train_accumulating``, with no finding from the loop auditor (but for one backward per
     window, on the summed loss: judged by its weights alone). Hints name the root cause
     (from the scaler's calls) before the auditor's findings."""

@@ -397,6 +397,8 @@ def amp_window_variant(
                     loss = F.mse_loss(outputs, targets, reduction="sum") / samples
                 elif divide == "len":  # the mistake: by the number of micro-batches
                     loss = F.mse_loss(outputs, targets) / len(window)
+                elif divide == "full window":  # the mistake: by a full window's 24 samples
+                    loss = F.mse_loss(outputs, targets) * len(targets) / 24
                 else:
                     share = len(targets) / samples if divide else 1
                     loss = F.mse_loss(outputs, targets) * share
@@ -474,15 +476,17 @@ def test_the_amp_window_checker_accepts_a_correct_window_however_written(written
             {"unscale": "each micro-batch", "clip": "each micro-batch"},
             "unscale_(optimizer) ran twice in one window",
         ),
-        ({"step": "each micro-batch"}, "stepped 9 times for 3 windows, every micro-batch"),
+        ({"step": "each micro-batch"}, "stepped {micro_batches} times for {windows} windows"),
         ({"update": "twice"}, "scaler.update() ran twice in a row"),
         ({"norm": 0.5}, "clipped at max_norm=0.5: clip the unscaled gradient to max_norm=1.0"),
         ({"clip": "after step"}, "before scaler.step(optimizer)"),
     ],
 )
 def test_the_amp_window_checker_names_each_mistake(mistake, hint):
-    from helpers.at_scale.checkers_07 import check_amp_window
+    from helpers.at_scale.checkers_07 import amp_setup, check_amp_window
 
+    *_, windows = amp_setup()
+    hint = hint.format(micro_batches=sum(map(len, windows)), windows=len(windows))
     result = check_amp_window(amp_window_variant(**mistake))
     assert not result.passed and hint in result.message, result.message
     for symptom in ("clipped after each micro-batch", "update() is missing", "zero_grad() is"):
@@ -576,6 +580,18 @@ def test_the_overflow_window_tells_scaler_step_from_optimizer_step():
     assert scaler.get_scale() == scale / 2
     amp_window_variant(step="optimizer")(model, optimizer, scaler, windows[1])
     assert not all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_window_divided_by_a_full_windows_samples_is_rejected():
+    """The review found 07.2 accepting len(targets) / 24 when every window held 24 samples:
+    the short last window now tells it from the window's own total."""
+    from helpers.at_scale.checkers_07 import amp_setup, check_amp_window
+
+    *_, windows = amp_setup()
+    assert len({sum(len(t) for _, t in window) for window in windows}) > 1
+    result = check_amp_window(amp_window_variant(divide="full window"))
+    assert not result.passed and "divided by a full window's 24 samples" in result.message
+    assert check_amp_window(amp_window_variant()).passed
 
 
 def test_the_amp_window_checker_never_raises():
