@@ -351,6 +351,11 @@ MEANINGS = {
         "a name used in your function is not defined: define it in the "
         "function, or pass it in as a parameter."
     ),
+    "NoneType": N_(
+        "something was None where a tensor was expected: is it a `.grad`? It is None after "
+        "zero_grad() (set_to_none=True) and before a parameter's first backward(). Or a "
+        "result of dist.all_reduce? It returns None: it changes the tensor you pass in place."
+    ),
 }
 
 

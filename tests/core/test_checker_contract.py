@@ -291,7 +291,19 @@ def _undefined():
     return undefined_name  # noqa: F821
 
 
+def _none_grad():
+    w = nn.Parameter(torch.ones(2))
+    torch.optim.SGD([w], lr=0.1).zero_grad()
+    w.grad.add_(1.0)  # .grad is None until a backward()
+
+
+def _all_reduce_result():
+    reduced = None  # what dist.all_reduce(tensor) returns: it reduces tensor in place
+    return reduced / 2
+
+
 MEANING_CASES = {
+    "NoneType": _none_grad,
     "backward through the graph a second time": _backward_twice,
     "does not require grad and does not have a grad_fn": _no_graph,
     "No inf checks were recorded for this optimizer": _step_without_grads,
@@ -328,6 +340,12 @@ def test_each_real_error_gets_its_meaning(fragment):
     assert fragment in str(raised.value.error)
     assert str(raised.value).endswith(MEANINGS[fragment])
     assert ".. " not in str(raised.value).replace("...", "")
+
+
+def test_all_reduces_none_gets_the_meaning_of_a_none_too():
+    with pytest.raises(LearnerCodeError) as raised:
+        call_learner(_all_reduce_result)
+    assert str(raised.value).endswith(MEANINGS["NoneType"])
 
 
 def test_exit_in_the_learners_code_is_reported_too():
