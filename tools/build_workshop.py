@@ -56,8 +56,8 @@ FRAMING = ("(before the first section)", "Sources", "Key points")
 # notebook's number and the start of its heading. The rest of the main path is reading after
 # the workshop.
 LIVE = (
-    (  # why .grad adds up, and what forgetting zero_grad does
-        ("01", "1."),
+    (  # why .grad adds up, and what forgetting zero_grad does (01 section 1, the taxonomy of
+        # leaves, is read after: the workshop opens with the learner's question, section 2)
         ("01", "2."),
         ("01", "4."),
         ("01", "5."),

@@ -26,6 +26,7 @@ from helpers.checks import (
     wrong,
 )
 from helpers.models import flat_weights
+from helpers.predictions import choice_checker
 from helpers.spies import ClipSpy, ScalerSpy
 from helpers.translation import N_, _, translate
 
@@ -471,3 +472,29 @@ def _judge_summed(got: torch.Tensor, expected: torch.Tensor, start: torch.Tensor
             "bfloat16 copies of the weights)."
         ).format(off=off)
     )
+
+
+check_no_sync_prediction = choice_checker(
+    {
+        "a": "2, one per bucket",
+        "b": "4, one per micro-batch",
+        "c": "8, one per bucket and micro-batch",
+    },
+    "a",
+    why=N_(
+        "inside no_sync() the first 3 backward passes only add up locally; the last one "
+        "all-reduces each of the 2 buckets once."
+    ),
+    misconceptions={
+        "b": N_(
+            "Does DDP all-reduce the whole model at once? It all-reduces bucket by bucket, and "
+            "with no_sync() only in the window's last backward: 2 buckets, 2 all-reduces."
+        ),
+        "c": N_(
+            "Does no_sync() still synchronize every micro-batch? It skips the all-reduce on "
+            "the first 3; only the last backward all-reduces each of the 2 buckets."
+        ),
+    },
+    reveal="no_sync                    2 all-reduces",
+    doc="Section 1's prediction: the all-reduces of one optimizer step with no_sync().",
+)

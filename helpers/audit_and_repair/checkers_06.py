@@ -62,6 +62,7 @@ from helpers.checks import (
 from helpers.data import make_teacher_batches
 from helpers.loop_runs import audited_run
 from helpers.pitfalls.buggy_loops import accumulate_clipping, train
+from helpers.predictions import choice_checker
 from helpers.translation import N_, _, translate
 
 # ---------------------------------------------------------------- what is still wrong
@@ -1066,3 +1067,21 @@ def check_auditor_findings(answer: object) -> CheckResult:
         if code in expected - given
     ]
     return wrong(" ".join(hints))
+
+
+check_undivided_prediction = choice_checker(
+    {"a": "a finding for the missing division", "b": "no finding"},
+    "b",
+    why=N_(
+        "the auditor sees which backward passes wrote `.grad` and when step() ran, not what "
+        "the losses were divided by: the undivided loop calls them all in the right order."
+    ),
+    misconceptions={
+        "a": N_(
+            "Can the auditor see how a loss was scaled? It judges a gradient by which backward "
+            "passes wrote it, never by its value: a loss divided by 4 or not looks the same."
+        ),
+    },
+    reveal="the auditor's findings on the undivided loop == []",
+    doc="Section 2's prediction: what the auditor reports for a loop that does not divide.",
+)

@@ -30,6 +30,7 @@ from helpers.data import make_padded_tokens
 from helpers.grads import StepGradients
 from helpers.models import NORMS, TokenModel
 from helpers.parsons import parsons_checker
+from helpers.predictions import choice_checker
 from helpers.translation import N_, _, translate
 
 K = 4
@@ -576,4 +577,26 @@ check_window_order = parsons_checker(
     doc="""Section 2's Parsons problem: the window loop with a scheduler, from shuffled lines
     with three distractors (``loss / k``, a zero_grad and a scheduler step per micro-batch).""",
     names={"F": F},
+)
+
+
+check_tail_share = choice_checker(
+    {"a": "all of it", "b": "half", "c": "a quarter"},
+    "b",
+    why=N_(
+        "the tail's 2 micro-batch losses were each divided by 4, not by 2: their sum is half "
+        "their mean."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does the extra step after the loop make the tail whole? It steps on what `.grad` "
+            "holds: 2 losses, each divided by 4, so half the tail's mean gradient."
+        ),
+        "c": N_(
+            "Is each loss divided by 4 twice? Each is divided by 4 once, and the tail holds 2 "
+            "of them: 2 / 4 of the mean, a half."
+        ),
+    },
+    reveal="the tail step used 0.500 x its correct gradient",
+    doc="Section 2's prediction: the share of its correct gradient the article's tail step gets.",
 )

@@ -23,6 +23,7 @@ from helpers.checks import (
     wrong,
 )
 from helpers.models import TwoHeads
+from helpers.predictions import choice_checker
 from helpers.several_losses.multitask import flatten, task_gradients
 from helpers.translation import N_, _
 
@@ -417,3 +418,25 @@ def check_task_grad_norms(task_grad_norms: Callable) -> CheckResult:
             expected=expected[0], expected2=expected[1], names=", ".join(f"{v:.4g}" for v in values)
         )
     )
+
+
+check_memory_prediction = choice_checker(
+    {"a": "two backward passes, retain_graph=True", "b": "one backward of the sum", "c": "neither"},
+    "a",
+    why=N_(
+        "retain_graph=True keeps every saved tensor of the graph alive until the second pass; "
+        "one backward of the sum frees each node's tensors as it goes."
+    ),
+    misconceptions={
+        "b": N_(
+            "Does the summed loss hold both tasks' activations longer? One backward frees each "
+            "node's saved tensors as it passes; it is retain_graph=True that keeps them all."
+        ),
+        "c": N_(
+            "Do both ways keep the same tensors? retain_graph=True keeps the whole graph's saved "
+            "tensors for the second pass; one backward of the sum frees them as it goes."
+        ),
+    },
+    reveal="retain_graph=True peaks higher",
+    doc="Section 2's prediction: which way of backing up two losses peaks higher in memory.",
+)
