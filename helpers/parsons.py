@@ -69,6 +69,7 @@ def parsons_checker(
     why: str,
     doc: str,
     names: Mapping[str, object] | None = None,
+    before: Mapping[tuple[str, str], str] | None = None,
 ) -> Callable[[object], CheckResult]:
     """A checker for a Parsons problem. ``signature`` is the function's ``def`` line; ``lines``
     maps each letter to its line of code, indentation included (relative to the body).
@@ -77,7 +78,8 @@ def parsons_checker(
     without it lacks. ``runs_right(function)`` runs the assembled function on a small problem
     and says whether it ends where the reference ends. ``misordered`` is the hint for the right
     lines in an order that runs otherwise; ``why`` the line for a right answer. ``names`` are
-    the module-level names the lines use (such as ``F``)."""
+    the module-level names the lines use (such as ``F``); ``before`` maps a pair of letters
+    ``(x, y)``, x's line before y's, to the hint for an order that puts y first."""
     known = list(lines)
     marked = set(distractors) | set(required)
     if not marked <= set(known) or set(distractors) & set(required):
@@ -114,6 +116,13 @@ def parsons_checker(
                 return wrong(
                     _("your order leaves out line {letter}: {hint}").format(
                         letter=letter, hint=translate(lacks)
+                    )
+                )
+        for (first, then), hint in (before or {}).items():
+            if first in letters and then in letters and letters.index(then) < letters.index(first):
+                return wrong(
+                    _("line {then} comes before line {first}: {hint}").format(
+                        then=then, first=first, hint=translate(hint)
                     )
                 )
         function = assemble(letters)

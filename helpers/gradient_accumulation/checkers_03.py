@@ -577,6 +577,12 @@ check_window_order = parsons_checker(
     doc="""Section 2's Parsons problem: the window loop with a scheduler, from shuffled lines
     with three distractors (``loss / k``, a zero_grad and a scheduler step per micro-batch).""",
     names={"F": F},
+    before={
+        ("e", "g"): N_(
+            "does the scheduler step before the optimizer? It sets the learning rate of the "
+            "next step: call scheduler.step() right after optimizer.step()."
+        ),
+    },
 )
 
 

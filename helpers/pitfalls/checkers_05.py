@@ -57,7 +57,7 @@ check_missing_zero_grad = choice_checker(
     {
         "a": "lower than the correct loop's",
         "b": "about the first step's",
-        "c": "thousands of times the first",
+        "c": "thousands of times the first, or more",
     },
     "c",
     why=N_(
@@ -210,6 +210,10 @@ REVIEW_HINTS = {
         "Which rule is that?"
     ),
     ("F", "rule"): N_("Loop F breaks a rule, but not that one: what does step() find in `.grad`?"),
+    ("F", "step-without-grad"): N_(
+        "Loop F does step without a gradient, but why? Its backward() ran: which call emptied "
+        "`.grad` between that backward() and the step? Name the rule for that call."
+    ),
 }
 
 
@@ -289,7 +293,8 @@ def check_loop_review(answer: object) -> CheckResult:
         if verdict == right:
             continue
         kind = "ok" if right == "ok" else ("bug" if verdict == "ok" else "rule")
-        return wrong(translate(REVIEW_HINTS[letter, kind]))
+        hint = REVIEW_HINTS.get((letter, verdict), REVIEW_HINTS[letter, kind])  # a symptom
+        return wrong(translate(hint))
     return correct(
         _(
             "every verdict is right: A, C and E empty `.grad` before each backward() (after "

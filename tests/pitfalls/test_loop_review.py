@@ -60,9 +60,15 @@ def test_each_wrong_verdict_gets_its_question(letter):
         answer = {**REVIEW_KEY, letter: verdict}
         result = check_loop_review(answer)
         kind = "ok" if right == "ok" else ("bug" if verdict == "ok" else "rule")
+        kind = verdict if (letter, verdict) in check_loop_review.hints else kind
         assert not result.passed
         assert result.message == check_loop_review.hints[letter, kind], result.message
         assert "?" in result.message and right not in result.message, "asked, not told"
+
+
+def test_naming_loop_fs_symptom_asks_for_its_cause():
+    result = check_loop_review({**REVIEW_KEY, "F": "step-without-grad"})
+    assert not result.passed and "but why?" in result.message
 
 
 def test_bad_answers_get_a_message_never_an_error():
