@@ -8,6 +8,8 @@ Set the environment variable ``GM_STRICT_CHECKS=1`` to make a failing check rais
 from __future__ import annotations
 
 import ast
+import contextvars
+import dataclasses
 import decimal
 import functools
 import html
@@ -34,10 +36,13 @@ NOT_ANSWERED = N_("Not answered yet: replace `...` with your answer and run the 
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The verdict on one answer: ``passed`` and a ``message`` for the learner."""
+    """The verdict on one answer: ``passed`` and a ``message`` for the learner.
+    ``wrong_before`` is how many wrong answers the exercise had had before this one (see
+    :func:`ask_first`)."""
 
     passed: bool
     message: str
+    wrong_before: int = dataclasses.field(default=0, compare=False)
 
     @property
     def unanswered(self) -> bool:
@@ -142,6 +147,29 @@ OBSERVERS: list[Callable] = []
 _depth = [0]  # checkers running now (a checker may call another)
 
 
+# Feedback in two tiers, for the hints that ask their question first (predictions with
+# options, trace tables, Parsons problems, code reviews): the first wrong answer to an exercise
+# gets the hint's question alone; the second and later ones the whole hint, with the
+# computation. WRONG_SO_FAR counts, per checker, the wrong answers since its last right one
+# (tests/conftest.py clears it before each test and replays it for the reruns in Chinese).
+WRONG_SO_FAR: dict[int, int] = {}
+_TIER: contextvars.ContextVar[list | None] = contextvars.ContextVar("tier", default=None)
+QUESTION = re.compile(r"(.*?[?？])", re.DOTALL)
+
+
+def ask_first(hint: str) -> str:
+    """``hint`` (already translated) for this wrong answer: on the exercise's first wrong
+    answer, its opening question alone and an invitation to answer again; else all of it."""
+    state = _TIER.get()
+    match = QUESTION.match(hint)
+    if state is None or state[0] > 0 or match is None:
+        return hint
+    state[1] = True
+    return _("{question} Answer again: a second wrong answer shows why.").format(
+        question=match.group(1)
+    )
+
+
 def checker(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
     """Decorate an exercise checker: an answer of the wrong kind, or an exception from the
     learner's code, becomes a ❌ with a message instead of a raised error."""
@@ -149,6 +177,9 @@ def checker(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
     @functools.wraps(check)
     def checked(*args, **kwargs) -> CheckResult:
         started = time.perf_counter()
+        outermost = not _depth[0]
+        state = [WRONG_SO_FAR.get(id(checked), 0), False]  # wrong so far, hint shortened
+        token = _TIER.set(state) if outermost else None
         _depth[0] += 1
         try:
             result = check(*args, **kwargs)
@@ -156,6 +187,14 @@ def checker(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
             result = wrong(str(error))
         finally:
             _depth[0] -= 1
+            if token is not None:
+                _TIER.reset(token)
+        if outermost:
+            if result.passed:
+                WRONG_SO_FAR.pop(id(checked), None)
+            elif state[1] or state[0]:  # a wrong answer the tiers count
+                WRONG_SO_FAR[id(checked)] = state[0] + 1
+            result = dataclasses.replace(result, wrong_before=state[0])
         if OBSERVERS and not _depth[0]:
             for observe in OBSERVERS:
                 observe(checked, args, kwargs, result, time.perf_counter() - started)

@@ -19,6 +19,7 @@ from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,
     CheckResult,
+    ask_first,
     checker,
     correct,
     is_unanswered,
@@ -108,21 +109,21 @@ def parsons_checker(
             if letter in distractors:
                 return wrong(
                     _("line {letter} does not belong: {hint}").format(
-                        letter=letter, hint=translate(distractors[letter])
+                        letter=letter, hint=ask_first(translate(distractors[letter]))
                     )
                 )
         for letter, lacks in required.items():
             if letter not in letters:
                 return wrong(
                     _("your order leaves out line {letter}: {hint}").format(
-                        letter=letter, hint=translate(lacks)
+                        letter=letter, hint=ask_first(translate(lacks))
                     )
                 )
         for (first, then), hint in (before or {}).items():
             if first in letters and then in letters and letters.index(then) < letters.index(first):
                 return wrong(
                     _("line {then} comes before line {first}: {hint}").format(
-                        then=then, first=first, hint=translate(hint)
+                        then=then, first=first, hint=ask_first(translate(hint))
                     )
                 )
         function = assemble(letters)
@@ -140,11 +141,11 @@ def parsons_checker(
         except Exception as error:  # the assembled lines, in an order that cannot run
             return wrong(
                 _("in this order the loop raises {name}: {hint}").format(
-                    name=type(error).__name__, hint=translate(misordered)
+                    name=type(error).__name__, hint=ask_first(translate(misordered))
                 )
             )
         if not right:
-            return wrong(translate(misordered))
+            return wrong(ask_first(translate(misordered)))
         return correct(translate(why))
 
     check.__doc__ = doc

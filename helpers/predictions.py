@@ -17,7 +17,15 @@ import numbers
 import re
 from collections.abc import Callable, Mapping
 
-from helpers.checks import NOT_ANSWERED, CheckResult, checker, correct, is_unanswered, wrong
+from helpers.checks import (
+    NOT_ANSWERED,
+    CheckResult,
+    ask_first,
+    checker,
+    correct,
+    is_unanswered,
+    wrong,
+)
 from helpers.translation import _, translate
 
 LETTER = re.compile(r"\(?\s*([a-dA-D])\s*\)?\.?")
@@ -90,7 +98,7 @@ def choice_checker(
             )
         return wrong(
             _("({letter}) is not it. {hint}").format(
-                letter=letter, hint=translate(misconceptions[letter])
+                letter=letter, hint=ask_first(translate(misconceptions[letter]))
             )
         )
 

@@ -21,6 +21,7 @@ from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,
     CheckResult,
+    ask_first,
     checker,
     correct,
     number_matches,
@@ -243,7 +244,9 @@ def trace_checker(
                         ).format(done=number - 1, row=number, call=CALL_NAMES[call])
                     )
                 if not _same(g, r):
-                    hint = _hint(call, column, g, log.rows[number - 1], log.rows[number], lr, beta)
+                    hint = ask_first(
+                        _hint(call, column, g, log.rows[number - 1], log.rows[number], lr, beta)
+                    )
                     return wrong(
                         _("row {row} ({call}), {column}: {given} is not it. {hint}").format(
                             row=number,

@@ -143,6 +143,7 @@ def pytest_runtest_call(item):
     from helpers import checks
 
     if os.environ.get("GM_CHINESE_RERUN") == "0" or os.environ.get("GM_LANG"):
+        checks.WRONG_SO_FAR.clear()
         return (yield)
     calls, errors = [], []
 
@@ -150,6 +151,7 @@ def pytest_runtest_call(item):
         if seconds < CHINESE_RERUN_SECONDS:
             calls.append((check, args, kwargs, result))
 
+    checks.WRONG_SO_FAR.clear()  # each test starts with exercises not answered wrong yet
     checks.OBSERVERS.append(observe)
     started = time.perf_counter()
     try:
@@ -162,6 +164,7 @@ def pytest_runtest_call(item):
     os.environ["GM_LANG"] = "zh_CN"
     try:
         for check, args, kwargs, english in calls:
+            checks.WRONG_SO_FAR[id(check)] = english.wrong_before  # the same tier of hint
             try:
                 chinese = check(*args, **kwargs)
             except AssertionError as error:  # strict mode: a failing check raises

@@ -11,6 +11,7 @@ from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,
     CheckResult,
+    ask_first,
     checker,
     correct,
     is_unanswered,
@@ -294,7 +295,7 @@ def check_loop_review(answer: object) -> CheckResult:
             continue
         kind = "ok" if right == "ok" else ("bug" if verdict == "ok" else "rule")
         hint = REVIEW_HINTS.get((letter, verdict), REVIEW_HINTS[letter, kind])  # a symptom
-        return wrong(translate(hint))
+        return wrong(ask_first(translate(hint)))
     return correct(
         _(
             "every verdict is right: A, C and E empty `.grad` before each backward() (after "

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from helpers import figures
+from helpers.autograd_accumulates.checkers_01 import check_second_backward
 from helpers.grads import GradLog, TraceRow
 from helpers.plots import describe_trace, plot_trace
 from helpers.predictions import choice_checker
@@ -176,6 +177,27 @@ class TestTraceChecker:
             Call("backward")
 
 
+class TestTieredFeedback:
+    def test_the_first_wrong_answer_gets_the_question_the_second_the_explanation(self):
+        first, second = check_second_backward("a"), check_second_backward("a")
+        full = check_second_backward.misconceptions["a"]
+        question = full.split("?")[0] + "?"
+        assert (
+            first.message
+            == f"(a) is not it. {question} Answer again: a second wrong answer shows why."
+        )
+        assert second.message == f"(a) is not it. {full}"
+        assert check_second_backward("b").passed
+        assert "Answer again" in check_second_backward("c").message, "a right answer resets"
+
+    def test_each_exercise_counts_its_own_wrong_answers(self):
+        from helpers.autograd_accumulates.checkers_01 import check_trace_prediction
+
+        check_second_backward("a")
+        assert "Answer again" in check_trace_prediction("a").message
+        assert "Answer again" not in check_second_backward("a").message
+
+
 class TestChoiceChecker:
     def test_it_is_refused_unless_its_options_and_hints_fit(self):
         hints = {"b": "Does it?"}
@@ -189,8 +211,9 @@ class TestChoiceChecker:
             choice_checker({"a": 1, "b": 2}, "a", why="", misconceptions=hints, reveal="", doc="")
 
     def test_a_text_option_is_accepted_by_its_text(self):
+        hint = check_second_backward.misconceptions["a"]  # a hint the catalog translates
         check = choice_checker(
-            {"a": "it adds", "b": "it replaces"}, "a", why="yes.", misconceptions={"b": "Does it?"},
+            {"a": "it adds", "b": "it replaces"}, "a", why="yes.", misconceptions={"b": hint},
             reveal="x", doc="",
         )  # fmt: skip
         assert check("It adds").passed and not check("it replaces").passed

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from helpers import checks
 from helpers.data import make_teacher_batches
 from helpers.loop_runs import audited_run, run_loop
 from helpers.pitfalls.checkers_05 import check_loop_review
@@ -53,17 +54,20 @@ def test_every_right_answer_is_accepted_however_written():
 
 
 @pytest.mark.parametrize("letter", list(REVIEW_KEY))
-def test_each_wrong_verdict_gets_its_question(letter):
+def test_each_wrong_verdict_gets_its_question_then_why(letter):
     right = REVIEW_KEY[letter]
     wrongs = ["missing-zero-grad"] if right == "ok" else ["ok", "step-without-grad"]
     for verdict in wrongs:
+        checks.WRONG_SO_FAR.clear()
         answer = {**REVIEW_KEY, letter: verdict}
-        result = check_loop_review(answer)
         kind = "ok" if right == "ok" else ("bug" if verdict == "ok" else "rule")
         kind = verdict if (letter, verdict) in check_loop_review.hints else kind
-        assert not result.passed
-        assert result.message == check_loop_review.hints[letter, kind], result.message
-        assert "?" in result.message and right not in result.message, "asked, not told"
+        hint = check_loop_review.hints[letter, kind]
+        first, second = check_loop_review(answer), check_loop_review(answer)
+        question = hint[: hint.index("?") + 1]
+        assert not first.passed and first.message.startswith(question), first.message
+        assert "Answer again" in first.message and right not in first.message, "asked, not told"
+        assert second.message == hint, second.message
 
 
 def test_naming_loop_fs_symptom_asks_for_its_cause():
