@@ -62,12 +62,6 @@ def cjk_font() -> str | None:
     return None
 
 
-def labels_in_chinese() -> bool:
-    """True where a figure's labels are drawn in Chinese: ``GM_LANG=zh_CN`` and a font with
-    Chinese characters installed."""
-    return current_language() == "zh_CN" and cjk_font() is not None
-
-
 class DescribedFigure:
     """A figure and its description. A notebook shows the PNG; the description is the
     output's text (``text/plain``) and its image's ``alt`` (in the output's metadata, which the

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from helpers.report import pad, width
-from helpers.translation import _
+from helpers.translation import N_, _
 
 
 def grad_state(tensor: torch.Tensor) -> str:
@@ -46,6 +46,15 @@ def describe_grad(param: torch.Tensor) -> str:
     if grad.numel() <= 4:
         return "[" + ", ".join(f"{v:.4g}" for v in grad.detach().flatten().tolist()) + "]"
     return f"tensor with norm {grad.detach().norm().item():.4g}"
+
+
+# How a trace names each call (the axis of plot_trace, the row names of trace exercises).
+CALL_LABELS = {
+    "start": N_("start"),
+    "backward": "backward()",
+    "step": "step()",
+    "zero_grad": "zero_grad()",
+}
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,14 @@ class GradLog:
             TraceRow(event, _measure(self.param), _measure(self.param.grad), self._state())
         )
 
+    def columns(self) -> list[tuple[str, list[float | None]]]:
+        """Each traced quantity by name, ``w``, ``w.grad`` and the optimizer's state (its key)
+        where it keeps one, with its value after every row."""
+        found = [("w", [r.weight for r in self.rows]), ("w.grad", [r.grad for r in self.rows])]
+        if self.state_key:
+            found.append((self.state_key, [r.state for r in self.rows]))
+        return found
+
     def table(self) -> str:
         """The rows as a table: one line per call, with ``w``, ``w.grad`` and the optimizer's
         state (its key, such as ``momentum_buffer``), or their norms for a larger parameter."""
@@ -140,14 +157,18 @@ class GradLog:
                     "`with GradLog(param, optimizer) as log:`"
                 )
             )
-        names = ["w", "w.grad"] + ([self.state_key] if self.state_key else [])
+        columns = self.columns()
+        names = [name for name, values in columns]
         if self.measure == "norm":
             names = [f"|{name}|" for name in names]
         table = [[_("call"), *names]]
-        for row in self.rows:
-            values = [row.weight, row.grad] + ([row.state] if self.state_key else [])
+        for index, row in enumerate(self.rows):
             call = _("start") if row.call == "start" else row.call  # the others are names
-            table.append([call, *("None" if v is None else f"{v:.4g}" for v in values)])
+            shown = (
+                "None" if values[index] is None else f"{values[index]:.4g}"
+                for _n, values in columns
+            )
+            table.append([call, *shown])
         widths = [max(width(line[i]) for line in table) + 2 for i in range(len(table[0]))]
         return "\n".join(
             "".join(pad(text, size) for text, size in zip(line, widths, strict=True)).rstrip()

@@ -12,7 +12,6 @@ the lines are the right ones in an order that does something else, a hint of the
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Callable, Mapping
 
 from helpers.checks import (
@@ -152,8 +151,4 @@ def parsons_checker(
     check.lines = dict(lines)
     check.distractors = dict(distractors)
     check.required = dict(required)
-    check.assemble = assemble
-    check.source = lambda letters: textwrap.dedent(
-        "\n".join(lines[letter] for letter in _labels(letters, known))
-    )
     return check

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from matplotlib.figure import Figure
 
 from helpers.figures import DescribedFigure
-from helpers.grads import GradLog
+from helpers.grads import CALL_LABELS, GradLog
 from helpers.training import History
 from helpers.translation import N_, _, translate
 
@@ -145,9 +145,7 @@ def plot_trace(log: GradLog) -> DescribedFigure:
             )
         )
     rows, norm = log.rows, log.measure == "norm"
-    quantities = [("w", [r.weight for r in rows]), ("w.grad", [r.grad for r in rows])]
-    if log.state_key:
-        quantities.append((log.state_key, [r.state for r in rows]))
+    quantities = log.columns()
 
     def draw(label) -> Figure:
         fig = Figure(
@@ -194,21 +192,11 @@ def plot_trace(log: GradLog) -> DescribedFigure:
     return DescribedFigure(draw, describe_trace(log))
 
 
-# The x-axis labels of plot_trace, by call.
-CALL_LABELS = {
-    "start": N_("start"),
-    "backward": "backward()",
-    "step": "step()",
-    "zero_grad": "zero_grad()",
-}
-
-
 def describe_trace(log: GradLog) -> str:
     """:func:`plot_trace`'s figure in words: each quantity's value after each call."""
     calls = ", ".join(translate(CALL_LABELS[r.call]) for r in log.rows)
-    columns = [("w", [r.weight for r in log.rows]), ("w.grad", [r.grad for r in log.rows])]
+    columns = log.columns()
     if log.state_key:
-        columns.append((log.state_key, [r.state for r in log.rows]))
         title = _("Figure: w, w.grad and {state} after each call ({calls}).")
     else:
         title = _("Figure: w and w.grad after each call ({calls}).")

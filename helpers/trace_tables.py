@@ -27,7 +27,7 @@ from helpers.checks import (
     number_matches,
     wrong,
 )
-from helpers.grads import GradLog, TraceRow
+from helpers.grads import CALL_LABELS, GradLog, TraceRow
 from helpers.translation import _
 
 
@@ -179,9 +179,6 @@ def _hint(call: str, column: str, given, before: TraceRow, after: TraceRow, lr, 
     ).format(beta=beta, old=_show(before.state), grad=_show(before.grad), state=_show(state))
 
 
-CALL_NAMES = {"backward": "backward()", "step": "step()", "zero_grad": "zero_grad()"}
-
-
 def trace_checker(
     start: float,
     optimizer_kind: type,
@@ -193,7 +190,7 @@ def trace_checker(
     """A checker for the trace table of ``calls`` (see :func:`run_trace`). The checker keeps
     the real run's rows as ``expected_rows`` (one tuple per call) and its ``columns``."""
     log = run_trace(start, optimizer_kind, calls, **settings)
-    columns = ["w", "w.grad"] + (["momentum_buffer"] if log.state_key else [])
+    columns = [name for name, values in log.columns()]
     lr, beta = settings.get("lr"), settings.get("momentum", 0)
     expected = [(row.weight, row.grad, row.state)[: len(columns)] for row in log.rows[1:]]
     example = "(" + ", ".join(columns) + ")"
@@ -234,14 +231,14 @@ def trace_checker(
                     if number == 1:
                         return wrong(
                             _("row 1 ({call}) still holds ...: fill in every cell").format(
-                                call=CALL_NAMES[call]
+                                call=CALL_LABELS[call]
                             )
                         )
                     return wrong(
                         _(
                             "rows 1 to {done} are right. Row {row} ({call}) still holds ...: "
                             "fill it in"
-                        ).format(done=number - 1, row=number, call=CALL_NAMES[call])
+                        ).format(done=number - 1, row=number, call=CALL_LABELS[call])
                     )
                 if not _same(g, r):
                     hint = ask_first(
@@ -250,7 +247,7 @@ def trace_checker(
                     return wrong(
                         _("row {row} ({call}), {column}: {given} is not it. {hint}").format(
                             row=number,
-                            call=CALL_NAMES[call],
+                            call=CALL_LABELS[call],
                             column=column,
                             given=_show(g),
                             hint=hint[0].upper() + hint[1:],
@@ -266,5 +263,4 @@ def trace_checker(
     check.__doc__ = doc
     check.expected_rows = expected
     check.columns = columns
-    check.log = log
     return check

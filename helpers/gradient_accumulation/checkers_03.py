@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -515,9 +516,14 @@ def _trained(function) -> tuple[torch.Tensor, int]:
     return weights, scheduler.last_epoch
 
 
+@functools.cache
+def _reference_window_run() -> tuple[torch.Tensor, int]:
+    return _trained(train_windows)  # the same for every answer: run once
+
+
 def _window_loop_runs_right(function) -> bool:
     weights, steps = _trained(function)
-    want, want_steps = _trained(train_windows)
+    want, want_steps = _reference_window_run()
     return steps == want_steps and torch.allclose(weights, want, rtol=1e-5, atol=1e-7)
 
 

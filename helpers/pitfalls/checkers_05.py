@@ -247,7 +247,7 @@ def check_loop_review(answer: object) -> CheckResult:
         return wrong(NOT_ANSWERED)
     letters = list(REVIEW_KEY)
     buggy = {letter for letter, rule in REVIEW_KEY.items() if rule != "ok"}
-    rules = tuple(code for code in CODES)
+    rules = tuple(CODES)
     if isinstance(answer, (set, frozenset, list, tuple)) and all(
         isinstance(item, str) for item in answer
     ):
@@ -305,5 +305,4 @@ def check_loop_review(answer: object) -> CheckResult:
     )
 
 
-check_loop_review.key = REVIEW_KEY
 check_loop_review.hints = REVIEW_HINTS

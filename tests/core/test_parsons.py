@@ -7,12 +7,20 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from course import ROOT, read
 from torch.nn import functional as F
 
 from helpers.gradient_accumulation.checkers_03 import check_window_order
 from helpers.parsons import parsons_checker
 
 RIGHT = "cajhfkeg"
+
+
+def test_the_notebook_lists_the_lines_the_checker_judges():
+    nb = read(ROOT / "notebooks" / "03_gradient_accumulation.ipynb")
+    [prompt] = [c.source for c in nb.cells if c.source.startswith("**Put it in order")]
+    listed = prompt.split("```text\n")[1].split("\n```")[0].splitlines()
+    assert listed == [f"({letter}) {line}" for letter, line in check_window_order.lines.items()]
 
 
 def test_every_correct_order_is_accepted_however_written():
