@@ -147,6 +147,15 @@ class GradLog:
             found.append((self.state_key, [r.state for r in self.rows]))
         return found
 
+    def changes(self) -> list[set[str]]:
+        """For each row, the names (as :meth:`columns` gives them) of what its call changed;
+        the first row, the start, changed nothing."""
+        columns = self.columns()
+        return [
+            {name for name, values in columns if index and values[index] != values[index - 1]}
+            for index in range(len(self.rows))
+        ]
+
     def table(self) -> str:
         """The rows as a table: one line per call, with ``w``, ``w.grad`` and the optimizer's
         state (its key, such as ``momentum_buffer``), or their norms for a larger parameter."""

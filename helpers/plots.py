@@ -154,13 +154,14 @@ def plot_trace(log: GradLog) -> DescribedFigure:
             layout="constrained",
         )
         axes = fig.subplots(len(quantities), 1, sharex=True, squeeze=False)[:, 0]
+        changes = log.changes()
         for ax, (name, values) in zip(axes, quantities, strict=True):
             known = [v for v in values if v is not None]
             low, high = min([0.0, *known]), max([0.0, *known])
             margin = (high - low) * 0.35 or 1.0
             ax.set_ylim(low - margin, high + margin)
             for i, value in enumerate(values):
-                if i and value != values[i - 1]:  # this call wrote here
+                if name in changes[i]:  # this call wrote here
                     ax.axvspan(i - 0.45, i + 0.45, color="#fff0b3", zorder=0)
                 if value is None:
                     ax.text(i, 0, "None", ha="center", va="center", color="#777", fontsize=9)

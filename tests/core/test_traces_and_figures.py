@@ -40,6 +40,12 @@ class TestGradLogRows:
         assert log.rows[5].weight == pytest.approx(2.4 - 0.1 * 10.2)
         assert log.state_key == "momentum_buffer" and log.measure == "value"
 
+    def test_changes_name_what_each_call_wrote(self):
+        assert momentum_run().changes() == [
+            set(), {"w.grad"}, {"w", "momentum_buffer"}, {"w.grad"}, {"w.grad"},
+            {"w", "momentum_buffer"},
+        ]  # fmt: skip
+
     def test_the_table_prints_each_row(self):
         lines = momentum_run().table().splitlines()
         assert lines[0].split() == ["call", "w", "w.grad", "momentum_buffer"]
