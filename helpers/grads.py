@@ -54,6 +54,8 @@ CALL_LABELS = {
     "backward": "backward()",
     "step": "step()",
     "zero_grad": "zero_grad()",
+    "clip": "clip_grad_norm_()",
+    "unscale_": "scaler.unscale_()",
 }
 
 
@@ -63,7 +65,7 @@ class TraceRow:
     state for it (``None`` where there is none). For a parameter of one element these are its
     values; for a larger one, their norms (:attr:`GradLog.measure` says which)."""
 
-    call: str  # "start", "backward", "step" or "zero_grad"
+    call: str  # "start", or a call: a key of CALL_LABELS
     weight: float
     grad: float | None
     state: float | None
@@ -138,6 +140,17 @@ class GradLog:
         self.rows.append(
             TraceRow(event, _measure(self.param), _measure(self.param.grad), self._state())
         )
+
+    def record(self, call: str) -> None:
+        """Log a call the log does not see by itself (``"clip"``, ``"unscale_"``), made just
+        before, inside the ``with`` block."""
+        if call not in CALL_LABELS or call == "start":
+            raise ValueError(
+                _("a recorded call is one of {names}, got {call!r}").format(
+                    names=", ".join(c for c in CALL_LABELS if c != "start"), call=call
+                )
+            )
+        self._log(call)
 
     def columns(self) -> list[tuple[str, list[float | None]]]:
         """Each traced quantity by name, ``w``, ``w.grad`` and the optimizer's state (its key)

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from helpers.figures import DescribedFigure
 from helpers.grads import CALL_LABELS, GradLog
+from helpers.timeline import TIMELINE_CALLS, WINDOW, CallTimeline
 from helpers.training import History
 from helpers.translation import N_, _, translate
 
@@ -37,22 +38,46 @@ def plot_series(
     xlabel: str = "optimizer step",
     title: str = "",
     log_y: bool = False,
-) -> Figure:
-    """One line per named list of values, against the step number (from 1)."""
+) -> DescribedFigure:
+    """One line per named list of values, against the step number (from 1). Its description
+    gives each line's first and last values."""
     if not isinstance(series, Mapping) or not series:
         raise ValueError(_("series must be a non-empty dict of {label: list of numbers}"))
-    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
-    ax = fig.subplots()
-    for label, values in series.items():
-        ax.plot(range(1, len(values) + 1), list(values), label=label)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    return fig
+
+    def draw(label) -> Figure:
+        fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+        ax = fig.subplots()
+        for name, values in series.items():
+            ax.plot(range(1, len(values) + 1), list(values), label=name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        return fig
+
+    return DescribedFigure(draw, describe_series(series, ylabel=ylabel, xlabel=xlabel, title=title))
+
+
+def describe_series(
+    series: Mapping[str, list[float]], *, ylabel: str, xlabel: str, title: str = ""
+) -> str:
+    """:func:`plot_series`'s figure in words: each line's value at its first and last step."""
+    head = _("Figure: {ylabel} against {xlabel}").format(ylabel=ylabel, xlabel=xlabel)
+    lines = [head + (f" ({title})" if title else "") + "."]
+    for name, values in series.items():
+        values = list(values)
+        if not values:
+            lines.append(_("{name}: no values").format(name=name))
+            continue
+        lines.append(
+            _("{name}: {first:.3g} at {xlabel} 1, {last:.3g} at {xlabel} {n}").format(
+                name=name, first=values[0], last=values[-1], xlabel=xlabel, n=len(values)
+            )
+        )
+    return "\n".join(lines)
 
 
 def plot_loss_curves(
@@ -61,7 +86,7 @@ def plot_loss_curves(
     title: str = "",
     log_y: bool = False,
     ylabel: str = "batch loss",
-) -> Figure:
+) -> DescribedFigure:
     """Batch loss after each step, one line per run; ``log_y`` for runs that blow up."""
     if not isinstance(histories, Mapping) or not histories:
         raise ValueError(_("histories must be a non-empty dict of {label: History}"))
@@ -207,3 +232,204 @@ def describe_trace(log: GradLog) -> str:
         name = f"|{name}|" if log.measure == "norm" else name
         lines.append(f"{name}: {shown}")
     return "\n".join(lines)
+
+
+def _timeline_of(timeline: object, function: str) -> CallTimeline:
+    if not isinstance(timeline, CallTimeline):
+        raise TypeError(
+            _(
+                "{function} takes the CallTimeline of a `with CallTimeline(optimizer) as "
+                "timeline:` block, got {kind}"
+            ).format(function=function, kind=type(timeline).__name__)
+        )
+    if not timeline.events:
+        raise ValueError(
+            _(
+                "the CallTimeline recorded no call: run the loop inside `with "
+                "CallTimeline(optimizer) as timeline:`, then pass timeline"
+            )
+        )
+    return timeline
+
+
+def plot_timeline(timeline: CallTimeline) -> DescribedFigure:
+    """A loop's calls in the order it made them, as a :class:`~helpers.timeline.CallTimeline`
+    recorded them: one lane per kind of call, one column per call, each backward numbered by
+    its micro-batch, each window shaded from its first backward to its step. Backward passes
+    that no step followed are shaded red. Works on any loop: wrap it in ``with
+    CallTimeline(optimizer) as timeline:`` and pass ``timeline``."""
+    timeline = _timeline_of(timeline, "plot_timeline")
+    calls = timeline.calls
+    lanes = [call for call in TIMELINE_CALLS if call in calls]
+    spans, start, number = [], None, 0  # (first, last, closed by a step)
+    for index, call in enumerate(calls):
+        if call == "backward" and start is None:
+            start = index
+        elif call == "step":
+            spans.append((index if start is None else start, index, True))
+            start = None
+    if start is not None:
+        spans.append((start, len(calls) - 1, False))
+
+    def draw(label) -> Figure:
+        fig = Figure(
+            figsize=(max(FIGSIZE[0], 1.6 + 0.42 * len(calls)), 0.5 * len(lanes) + 1.3),
+            dpi=80,
+            layout="constrained",
+        )
+        ax = fig.subplots()
+        for first, last, stepped in spans:
+            colour = "#e3eefb" if stepped else "#fbe0e0"
+            ax.axvspan(first - 0.4, last + 0.4, color=colour, zorder=0)
+        for window, (first, last, stepped) in enumerate(spans, 1):
+            text = label(WINDOW).format(number=window) if stepped else label(N_("no step"))
+            ax.text((first + last) / 2, len(lanes) - 0.35, text, ha="center", fontsize=9)
+        micro_batch = 0
+        for index, call in enumerate(calls):
+            lane = len(lanes) - 1 - lanes.index(call)
+            ax.plot([index], [lane], "o", color="#1f5fa8" if call == "backward" else "#c0392b")
+            if call == "backward":
+                micro_batch += 1
+                ax.annotate(
+                    str(micro_batch),
+                    (index, lane),
+                    textcoords="offset points",
+                    xytext=(0, 7),
+                    ha="center",
+                    fontsize=8,
+                )
+        ax.set_yticks(range(len(lanes)), [TIMELINE_CALLS[c] for c in reversed(lanes)])
+        ax.set_ylim(-0.6, len(lanes) - 0.1)
+        ax.set_xlim(-0.7, len(calls) - 0.3)
+        ax.set_xticks([])
+        ax.set_xlabel(label(N_("the loop's calls, in order (numbers: micro-batches)")))
+        ax.grid(alpha=0.3, axis="y")
+        return fig
+
+    return DescribedFigure(draw, describe_timeline(timeline))
+
+
+def describe_timeline(timeline: CallTimeline) -> str:
+    """:func:`plot_timeline`'s figure in words: the calls, and each window's backward passes."""
+    timeline = _timeline_of(timeline, "describe_timeline")
+    steps = timeline.calls.count("step")
+    lines = [_("Figure: the loop's calls in order: {calls}.").format(calls=timeline.summary())]
+    windows = timeline.windows()
+    if steps:
+        lines.append(
+            _("Backward passes before each optimizer.step(): {counts}.").format(
+                counts=", ".join(str(n) for n in windows[:steps])
+            )
+        )
+    if len(windows) > steps:
+        lines.append(
+            _("{count} backward passes at the end reach no step.").format(count=windows[-1])
+        )
+    return "\n".join(lines)
+
+
+def plot_grad_writes(timeline: CallTimeline) -> DescribedFigure:
+    """What each backward of a :class:`~helpers.timeline.CallTimeline` recorded with
+    ``watch={name: module}`` added to each watched module's gradients (the norm of the change),
+    one group of bars per backward, labelled with the line that called it. A bar of 0 is a
+    module that backward did not reach."""
+    timeline = _timeline_of(timeline, "plot_grad_writes")
+    if not timeline.watch:
+        raise ValueError(
+            _(
+                "plot_grad_writes needs a CallTimeline with watch={name: module}, such as "
+                'CallTimeline(optimizer, watch={"G": generator, "D": discriminator})'
+            )
+        )
+    passes = [event for event in timeline.events if event.call == "backward"]
+    if not passes:
+        raise ValueError(_("the CallTimeline recorded no backward() to show"))
+    names = list(timeline.watch)
+
+    def draw(label) -> Figure:
+        fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+        ax = fig.subplots()
+        width = 0.8 / len(names)
+        for offset, name in enumerate(names):
+            xs = [i + (offset - (len(names) - 1) / 2) * width for i in range(len(passes))]
+            values = [event.added[name] for event in passes]
+            bars = ax.bar(xs, values, width, label=name)
+            ax.bar_label(bars, [f"{v:.3g}" for v in values], fontsize=8)
+        ax.set_xticks(
+            range(len(passes)), [e.line or f"backward {i}" for i, e in enumerate(passes, 1)]
+        )
+        ax.set_ylabel(label(N_("norm added to .grad")))
+        ax.set_title(label(N_("what each backward() added to each model's gradients")))
+        ax.legend()
+        ax.grid(alpha=0.3, axis="y")
+        return fig
+
+    return DescribedFigure(draw, describe_grad_writes(timeline))
+
+
+def describe_grad_writes(timeline: CallTimeline) -> str:
+    """:func:`plot_grad_writes`'s figure in words."""
+    lines = [_("Figure: the norm each backward() added to each model's gradients.")]
+    for number, event in enumerate(e for e in timeline.events if e.call == "backward"):
+        added = ", ".join(f"{name} {value:.3g}" for name, value in event.added.items())
+        lines.append(f"{event.line or f'backward {number + 1}'}: {added}")
+    return "\n".join(lines)
+
+
+def plot_token_weights(tokens: list[list[int]]) -> DescribedFigure:
+    """Each micro-batch's token weight when every rank backwards each micro-batch's own token
+    mean divided by its window's length and DDP averages the ranks (notebook 08's
+    ``naive_window``), as a multiple of the exact weight, one over all the window's tokens.
+    ``tokens[r][j]`` is the count of rank ``r``'s micro-batch ``j``; the exact loop gives every
+    bar the height 1."""
+    if (
+        not isinstance(tokens, (list, tuple))
+        or not tokens
+        or not all(isinstance(rank, (list, tuple)) and rank for rank in tokens)
+        or not all(isinstance(n, int) and n > 0 for rank in tokens for n in rank)
+    ):
+        raise ValueError(
+            _(
+                "tokens must be a list with one list per rank of each micro-batch's token "
+                "count (positive integers), such as [[30, 20], [50, 10]]"
+            )
+        )
+    weights = token_weights(tokens)
+
+    def draw(label) -> Figure:
+        fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+        ax = fig.subplots()
+        width = 0.8 / max(len(rank) for rank in tokens)
+        for j in range(max(len(rank) for rank in tokens)):
+            xs = [r + (j - (len(tokens[r]) - 1) / 2) * width for r in range(len(tokens))]
+            xs, values, counts = zip(
+                *[
+                    (x, weights[r][j], tokens[r][j])
+                    for r, x in enumerate(xs)
+                    if j < len(tokens[r])
+                ],
+                strict=True,
+            )
+            bars = ax.bar(xs, values, width * 0.9, color="#1f5fa8")
+            ax.bar_label(bars, [f"{n}: {v:.2f}" for n, v in zip(counts, values, strict=True)])
+        ax.axhline(1.0, color="#c0392b", linestyle="--", label=label(N_("the exact weight")))
+        ax.set_ylim(0, 1.25 * max(max(ws) for ws in weights + [[1.0]]))
+        ax.set_xticks(range(len(tokens)), [f"rank {r}" for r in range(len(tokens))])
+        ax.set_ylabel(label(N_("token weight / exact weight")))
+        ax.set_title(label(N_("each micro-batch's tokens (count: weight), naive mean")))
+        ax.legend(loc="lower right")
+        ax.grid(alpha=0.3, axis="y")
+        return fig
+
+    lines = [_("Figure: each token's weight in the naive mean, as a multiple of the exact one.")]
+    for r, (counts, ws) in enumerate(zip(tokens, weights, strict=True)):
+        shown = ", ".join(f"{n}: {w:.2f}" for n, w in zip(counts, ws, strict=True))
+        lines.append(_("rank {rank} (tokens: weight): {shown}").format(rank=r, shown=shown))
+    return DescribedFigure(draw, "\n".join(lines))
+
+
+def token_weights(tokens: list[list[int]]) -> list[list[float]]:
+    """:func:`plot_token_weights`'s heights: a token of rank ``r``'s micro-batch ``j`` weighs
+    ``1 / (tokens[r][j] × k_r × world)`` in the naive mean, against ``1 / total`` exactly."""
+    world, total = len(tokens), sum(sum(rank) for rank in tokens)
+    return [[total / (n * len(rank) * world) for n in rank] for rank in tokens]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import decimal
 import numbers
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,34 +34,65 @@ from helpers.translation import _
 
 @dataclass(frozen=True)
 class Call:
-    """One call of a traced sequence: ``"backward"`` (of ``loss(w)``), ``"step"`` or
-    ``"zero_grad"``."""
+    """One call of a traced sequence: ``"backward"`` (of ``loss(w)``), ``"step"``,
+    ``"zero_grad"``, ``"clip"`` (``clip_grad_norm_`` with ``max_norm``) or ``"unscale_"`` (a
+    GradScaler's, in a trace run with ``scale``)."""
 
     name: str
     loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+    max_norm: float | None = None
 
     def __post_init__(self):
-        if self.name not in ("backward", "step", "zero_grad"):
+        if self.name not in CALLS:
             raise ValueError(
-                _("a call is backward, step or zero_grad, got {name!r}").format(name=self.name)
+                _("a call is one of {names}, got {name!r}").format(
+                    names=", ".join(CALLS), name=self.name
+                )
             )
         if (self.name == "backward") != (self.loss is not None):
             raise ValueError(_("a backward call needs its loss, and only a backward call has one"))
+        if (self.name == "clip") != (self.max_norm is not None):
+            raise ValueError(_("a clip call needs its max_norm, and only a clip call has one"))
 
 
-def run_trace(start: float, optimizer_kind: type, calls: Sequence[Call], **settings) -> GradLog:
+CALLS = ("backward", "step", "zero_grad", "clip", "unscale_")
+
+
+def run_trace(
+    start: float,
+    optimizer_kind: type,
+    calls: Sequence[Call],
+    *,
+    scale: float | None = None,
+    **settings,
+) -> GradLog:
     """Run ``calls`` on a scalar parameter that starts at ``start``, with
-    ``optimizer_kind([w], **settings)``, and return the :class:`GradLog` of the run."""
+    ``optimizer_kind([w], **settings)``, and return the :class:`GradLog` of the run. With
+    ``scale``, a GradScaler of that initial scale scales each backward's loss, and a step is
+    ``scaler.step(optimizer)`` then ``scaler.update()``."""
     w = torch.nn.Parameter(torch.tensor(float(start)))
     optimizer = optimizer_kind([w], **settings)
+    scaler = None if scale is None else torch.amp.GradScaler("cpu", init_scale=scale)
+    if scaler is None and any(call.name == "unscale_" for call in calls):
+        raise ValueError(_("an unscale_ call needs a trace run with scale=..."))
     with GradLog(w, optimizer) as log:
         for call in calls:
             if call.name == "backward":
-                call.loss(w).backward()
+                loss = call.loss(w)
+                (loss if scaler is None else scaler.scale(loss)).backward()
+            elif call.name == "step" and scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
             elif call.name == "step":
                 optimizer.step()
-            else:
+            elif call.name == "zero_grad":
                 optimizer.zero_grad()
+            elif call.name == "clip":
+                torch.nn.utils.clip_grad_norm_([w], call.max_norm)
+                log.record("clip")
+            else:
+                scaler.unscale_(optimizer)
+                log.record("unscale_")
     return log
 
 
@@ -90,16 +122,50 @@ def _same(given: float | None, expected: float | None) -> bool:
     return number_matches(given, expected, rel_tol=1e-3)
 
 
+def _sentence(hint: str) -> str:
+    """The hint as a sentence after the row's verdict: its first word capitalized, unless it
+    is a name such as zero_grad() or w (which keep their case)."""
+    if re.match(r"[a-z]{2,}\b(?![_(.])", hint):
+        return hint[0].upper() + hint[1:]
+    return hint
+
+
 def _show(value: float | None) -> str:
     return "None" if value is None else f"{value:.4g}"
 
 
-def _hint(call: str, column: str, given, before: TraceRow, after: TraceRow, lr, beta) -> str:
+def _hint(call: Call, column: str, given, before: TraceRow, after: TraceRow, lr, beta, scale):
     """Why row ``after`` holds what it holds in ``column``, asked about the mistake that gives
     ``given``."""
     w, grad, state = after.weight, after.grad, after.state
+    if call.name in ("clip", "unscale_") and column != "w.grad":
+        return _("does {call} change w? It touches only .grad; w stays {w}.").format(
+            call=CALL_LABELS[call.name], w=_show(w)
+        )
+    if call.name == "clip":
+        if abs(before.grad) <= call.max_norm:
+            return _(
+                "does clip_grad_norm_() change a gradient whose norm is within max_norm? "
+                "|{before}| ≤ {max_norm}, so .grad stays {grad}."
+            ).format(before=_show(before.grad), max_norm=call.max_norm, grad=_show(grad))
+        return _(
+            "does clip_grad_norm_() leave a norm above max_norm? It scales .grad down to norm "
+            "{max_norm}, keeping its sign: {before} becomes {grad}."
+        ).format(max_norm=call.max_norm, before=_show(before.grad), grad=_show(grad))
+    if call.name == "unscale_":
+        return _(
+            "what does unscale_() do to .grad? It divides it by the scale, {scale}: "
+            "{before} / {scale} = {grad}."
+        ).format(scale=_show(scale), before=_show(before.grad), grad=_show(grad))
+    call = call.name
     if call == "backward":
         added = after.grad - (before.grad or 0.0)
+        if column == "w.grad" and scale is not None and given is not None:
+            if _same(given, (before.grad or 0.0) + added / scale):
+                return _(
+                    "does the backward of scaler.scale(loss) add the plain gradient? The "
+                    "scaled loss is {scale} × loss, so it adds {scale} × {plain} = {added}."
+                ).format(scale=_show(scale), plain=_show(added / scale), added=_show(added))
         if column == "w.grad":
             if before.grad is not None and given is not None and _same(given, added):
                 return _(
@@ -185,15 +251,32 @@ def trace_checker(
     calls: Sequence[Call],
     *,
     doc: str,
+    scale: float | None = None,
     **settings,
 ) -> Callable[[object], CheckResult]:
     """A checker for the trace table of ``calls`` (see :func:`run_trace`). The checker keeps
     the real run's rows as ``expected_rows`` (one tuple per call) and its ``columns``."""
-    log = run_trace(start, optimizer_kind, calls, **settings)
+    log = run_trace(start, optimizer_kind, calls, scale=scale, **settings)
     columns = [name for name, values in log.columns()]
     lr, beta = settings.get("lr"), settings.get("momentum", 0)
     expected = [(row.weight, row.grad, row.state)[: len(columns)] for row in log.rows[1:]]
     example = "(" + ", ".join(columns) + ")"
+    names = {call.name for call in calls}
+    if "unscale_" in names:
+        why_right = _(
+            "every row is right: the backward of a scaled loss adds scale × the gradient, "
+            "unscale_() divides .grad by the scale, and step() uses what .grad holds then."
+        )
+    elif "clip" in names:
+        why_right = _(
+            "every row is right: backward() adds into .grad, clip_grad_norm_() scales the sum "
+            "down to max_norm, and step() uses what .grad holds then."
+        )
+    else:
+        why_right = _(
+            "every row is right: backward() adds into .grad, step() reads it and moves w, "
+            "zero_grad() sets it to None, and nothing else touches them."
+        )
 
     @checker
     def check(rows: object) -> CheckResult:
@@ -242,7 +325,16 @@ def trace_checker(
                     )
                 if not _same(g, r):
                     hint = ask_first(
-                        _hint(call, column, g, log.rows[number - 1], log.rows[number], lr, beta)
+                        _hint(
+                            calls[number - 1],
+                            column,
+                            g,
+                            log.rows[number - 1],
+                            log.rows[number],
+                            lr,
+                            beta,
+                            scale,
+                        )
                     )
                     return wrong(
                         _("row {row} ({call}), {column}: {given} is not it. {hint}").format(
@@ -250,15 +342,10 @@ def trace_checker(
                             call=CALL_LABELS[call],
                             column=column,
                             given=_show(g),
-                            hint=hint[0].upper() + hint[1:],
+                            hint=_sentence(hint),
                         )
                     )
-        return correct(
-            _(
-                "every row is right: backward() adds into .grad, step() reads it and moves w, "
-                "zero_grad() sets it to None, and nothing else touches them."
-            )
-        )
+        return correct(why_right)
 
     check.__doc__ = doc
     check.expected_rows = expected

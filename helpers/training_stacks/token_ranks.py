@@ -126,6 +126,7 @@ def token_loss_case(rank: int, world: int, k: int, micro_batch: int, max_length:
     after = scale_after_window(ddp, mine, MAX_NORM)
     return {
         "tokens_per_rank": counts,
+        "tokens_per_micro_batch": [[int(token_count(y)) for _, y in w] for w in windows],
         "global_tokens": global_count,
         "naive_rel_error": worst_over_ranks(relative_error(naive, reference)),
         "scale_before_max_diff": worst_over_ranks(max_difference(before, reference)),

@@ -177,7 +177,7 @@ class TestTraceChecker:
         assert "the buffer it held before this step" in result.message, result.message
 
     def test_a_call_is_checked_when_it_is_made(self):
-        with pytest.raises(ValueError, match="backward, step or zero_grad"):
+        with pytest.raises(ValueError, match="a call is one of backward, step, zero_grad"):
             Call("forward")
         with pytest.raises(ValueError, match="needs its loss"):
             Call("backward")

@@ -46,9 +46,10 @@ def test_explorer_rejects_a_model_without_parameters(article):
 
 def test_loss_curves_draw_one_line_per_run(article):
     runs = compare_zero_grad(*article, steps=10, lr=0.01)
-    fig = plot_loss_curves(runs, title="t", log_y=True)
-    assert isinstance(fig, Figure)
-    ax = fig.axes[0]
+    drawn = plot_loss_curves(runs, title="t", log_y=True)
+    assert isinstance(drawn.figure, Figure)
+    assert drawn.description.splitlines()[1].startswith("with zero_grad: ")
+    ax = drawn.figure.axes[0]
     assert [line.get_label() for line in ax.lines] == list(runs)
     assert ax.get_yscale() == "log"
     assert len(ax.lines[0].get_xdata()) == 10

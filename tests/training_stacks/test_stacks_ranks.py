@@ -33,6 +33,7 @@ def test_token_loss_scaled_before_or_after_matches_one_process_and_the_naive_mea
 ):
     tokens = stacks["token_loss"]
     assert len(set(tokens["tokens_per_rank"])) == 2  # the ranks count different tokens
+    assert [sum(rank) for rank in tokens["tokens_per_micro_batch"]] == tokens["tokens_per_rank"]
     assert tokens["global_tokens"] == tokens["scale_after_count"] == sum(tokens["tokens_per_rank"])
     assert tokens["naive_rel_error"] > 0.05
     assert tokens["scale_before_max_diff"] < 1e-6
