@@ -101,19 +101,28 @@ def plot_loss_curves(
     return plot_series(series, ylabel=ylabel, title=title, log_y=log_y)
 
 
-def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> Figure:
+def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> DescribedFigure:
     """A function and the gradient autograd computed for it, side by side on one axis."""
     values = [t.detach().cpu().flatten() for t in (x, y, grad)]
     if len({len(v) for v in values}) != 1:
         raise ValueError(_("x, y and grad must have the same number of elements"))
-    fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
-    ax = fig.subplots()
-    ax.plot(values[0], values[1], label=name)
-    ax.plot(values[0], values[2], label=f"gradient of {name} from autograd", linestyle="--")
-    ax.set_xlabel("x")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    return fig
+
+    def draw(label) -> Figure:
+        fig = Figure(figsize=FIGSIZE, dpi=80, layout="constrained")
+        ax = fig.subplots()
+        ax.plot(values[0], values[1], label=name)
+        ax.plot(values[0], values[2], label=f"gradient of {name} from autograd", linestyle="--")
+        ax.set_xlabel("x")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        return fig
+
+    xs, ys, grads = (v.tolist() for v in values)
+    description = _(
+        "Figure: {name} and its gradient from autograd, for x from {x0:.3g} to {x1:.3g}.\n"
+        "{name}: {y0:.3g} to {y1:.3g}; its gradient: {g0:.3g} to {g1:.3g}"
+    ).format(name=name, x0=xs[0], x1=xs[-1], y0=ys[0], y1=ys[-1], g0=grads[0], g1=grads[-1])
+    return DescribedFigure(draw, description)
 
 
 def plot_step_memory(points) -> Figure:
@@ -261,7 +270,7 @@ def plot_timeline(timeline: CallTimeline) -> DescribedFigure:
     timeline = _timeline_of(timeline, "plot_timeline")
     calls = timeline.calls
     lanes = [call for call in TIMELINE_CALLS if call in calls]
-    spans, start, number = [], None, 0  # (first, last, closed by a step)
+    spans, start = [], None  # spans: (first, last, closed by a step)
     for index, call in enumerate(calls):
         if call == "backward" and start is None:
             start = index
@@ -403,17 +412,13 @@ def plot_token_weights(tokens: list[list[int]]) -> DescribedFigure:
         for j in range(max(len(rank) for rank in tokens)):
             xs = [r + (j - (len(tokens[r]) - 1) / 2) * width for r in range(len(tokens))]
             xs, values, counts = zip(
-                *[
-                    (x, weights[r][j], tokens[r][j])
-                    for r, x in enumerate(xs)
-                    if j < len(tokens[r])
-                ],
+                *[(x, weights[r][j], tokens[r][j]) for r, x in enumerate(xs) if j < len(tokens[r])],
                 strict=True,
             )
             bars = ax.bar(xs, values, width * 0.9, color="#1f5fa8")
             ax.bar_label(bars, [f"{n}: {v:.2f}" for n, v in zip(counts, values, strict=True)])
         ax.axhline(1.0, color="#c0392b", linestyle="--", label=label(N_("the exact weight")))
-        ax.set_ylim(0, 1.25 * max(max(ws) for ws in weights + [[1.0]]))
+        ax.set_ylim(0, 1.25 * max(max(ws) for ws in [*weights, [1.0]]))
         ax.set_xticks(range(len(tokens)), [f"rank {r}" for r in range(len(tokens))])
         ax.set_ylabel(label(N_("token weight / exact weight")))
         ax.set_title(label(N_("each micro-batch's tokens (count: weight), naive mean")))

@@ -57,7 +57,7 @@ def _calling_line() -> str:
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith((_TORCH, _HERE)) and "contextlib" not in name:
-            return linecache.getline(name, frame.f_lineno).strip()
+            return linecache.getline(name, frame.f_lineno).split("  #")[0].strip()
         frame = frame.f_back
     return ""
 

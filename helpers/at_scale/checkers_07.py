@@ -28,6 +28,7 @@ from helpers.checks import (
 from helpers.models import flat_weights
 from helpers.predictions import choice_checker
 from helpers.spies import ClipSpy, ScalerSpy
+from helpers.trace_tables import Call, trace_checker
 from helpers.translation import N_, _, translate
 
 # Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the first 7
@@ -497,4 +498,75 @@ check_no_sync_prediction = choice_checker(
     },
     reveal="no_sync                    2 all-reduces",
     doc="Section 1's prediction: the all-reduces of one optimizer step with no_sync().",
+)
+
+
+check_unscale_count = choice_checker(
+    {
+        "a": "4, once per micro-batch",
+        "b": "1, after the last backward",
+        "c": "0: scaler.step() unscales",
+    },
+    "b",
+    why=N_(
+        "the micro-batches' scaled gradients add up in .grad at one scale, so one unscale_() "
+        "of the sum, before the clip, is enough."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does each micro-batch's gradient need unscaling on its own? They add up in .grad "
+            "at the same scale: one unscale_() of the sum is enough, and a second one before "
+            "update() raises an error."
+        ),
+        "c": N_(
+            "Could clip_grad_norm_() then run on scaled gradients? It would clip numbers "
+            "65,536 times too large: the window calls unscale_() itself, once, before the clip."
+        ),
+    },
+    reveal="once per window: unscale_, clip, step, update, scheduler",
+    doc="Section 2's prediction: how often an AMP window calls scaler.unscale_().",
+)
+
+check_overflow_window = choice_checker(
+    {
+        "a": "it steps on the other three micro-batches' gradients",
+        "b": "it skips the whole window's step",
+        "c": "it steps with the inf gradient",
+    },
+    "b",
+    why=N_(
+        "by the step the window's gradients are one sum in .grad: an inf in it makes the sum "
+        "inf, so scaler.step skips the step, and update() halves the scale."
+    ),
+    misconceptions={
+        "a": N_(
+            "Can the scaler take one micro-batch back out of .grad? By the step the four "
+            "gradients are one sum, and an inf makes the whole sum inf: the step is skipped."
+        ),
+        "c": N_(
+            "Does the scaler let an inf reach the weights? It checks the gradients for inf "
+            "and NaN when it unscales, and skips the step when it finds one."
+        ),
+    },
+    reveal="weights unchanged: the overflow skipped the whole window",
+    doc="Section 2's prediction: what an overflow in one micro-batch does to the window.",
+)
+
+
+check_amp_trace = trace_checker(
+    1.0,
+    torch.optim.SGD,
+    [
+        Call("backward", lambda w: 3 * w / 2),
+        Call("backward", lambda w: w / 2),
+        Call("unscale_"),
+        Call("clip", max_norm=1.0),
+        Call("step"),
+        Call("zero_grad"),
+    ],
+    lr=0.5,
+    scale=1024.0,
+    doc="""Section 3's trace: an AMP window of 2 micro-batches (losses 3w and w, each divided
+    by 2) through a GradScaler of scale 1024, then unscale_, a clip to 1.0, the step (with
+    update) and zero_grad, plain SGD at lr = 0.5 from w = 1; a row (w, w.grad) per call.""",
 )

@@ -32,6 +32,7 @@ from helpers.grads import StepGradients
 from helpers.models import NORMS, TokenModel
 from helpers.parsons import parsons_checker
 from helpers.predictions import choice_checker
+from helpers.trace_tables import Call, trace_checker
 from helpers.translation import N_, _, translate
 
 K = 4
@@ -611,4 +612,45 @@ check_tail_share = choice_checker(
     },
     reveal="the tail step used 0.500 x its correct gradient",
     doc="Section 2's prediction: the share of its correct gradient the article's tail step gets.",
+)
+
+
+check_window_trace = trace_checker(
+    1.0,
+    torch.optim.SGD,
+    [
+        Call("backward", lambda w: 2 * w / 2),
+        Call("backward", lambda w: 4 * w / 2),
+        Call("step"),
+        Call("zero_grad"),
+        Call("backward", lambda w: 6 * w / 1),
+        Call("step"),
+    ],
+    lr=0.5,
+    doc="""Section 2's trace: a window of 2 micro-batches (losses 2w and 4w, each divided by
+    2), its step and zero_grad, then a tail window of 1 (loss 6w, divided by 1) and its step,
+    plain SGD at lr = 0.5 from w = 1; a row (w, w.grad) per call.""",
+)
+
+
+check_window_zero_grads = choice_checker(
+    {"a": "1, before the first window", "b": "3, one per window", "c": "10, one per micro-batch"},
+    "b",
+    why=N_(
+        "a window's micro-batches must add up in .grad, so the loop empties it once per "
+        "window, before the window's first backward()."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does the second window start from an empty .grad then? It would add to the "
+            "first window's gradient, which the first step already used: one zero_grad() "
+            "per window."
+        ),
+        "c": N_(
+            "Can the micro-batches of one window add up if .grad is emptied before each of "
+            "them? Each step would use its last micro-batch only: one zero_grad() per window."
+        ),
+    },
+    reveal="zero_grad() calls: one per window",
+    doc="Section 2's prediction: how many zero_grad() calls the plain window loop makes.",
 )

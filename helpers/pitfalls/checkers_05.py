@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from helpers.audit import CODES
 from helpers.checks import (
     NOT_ANSWERED,
@@ -20,6 +22,7 @@ from helpers.checks import (
 )
 from helpers.pitfalls.review_loops import REVIEW_KEY
 from helpers.predictions import choice_checker
+from helpers.trace_tables import Call, trace_checker
 from helpers.translation import N_, _, translate
 
 CLIP_MAX_NORM, CLIP_K = 0.5, 4
@@ -306,3 +309,20 @@ def check_loop_review(answer: object) -> CheckResult:
 
 
 check_loop_review.hints = REVIEW_HINTS
+
+
+check_clip_trace = trace_checker(
+    1.0,
+    torch.optim.SGD,
+    [
+        Call("backward", lambda w: 6 * w / 2),
+        Call("clip", max_norm=2.0),
+        Call("backward", lambda w: -2 * w / 2),
+        Call("clip", max_norm=2.0),
+        Call("step"),
+    ],
+    lr=0.1,
+    doc="""Section 6's trace: clipping every micro-batch of a window of 2 (losses 6w and -2w,
+    each divided by 2), max_norm = 2, plain SGD at lr = 0.1 from w = 1; a row (w, w.grad) per
+    call.""",
+)

@@ -440,3 +440,47 @@ check_memory_prediction = choice_checker(
     reveal="retain_graph=True peaks higher",
     doc="Section 2's prediction: which way of backing up two losses peaks higher in memory.",
 )
+
+
+check_generator_backward_writes = choice_checker(
+    {"a": "G's only", "b": "D's only", "c": "both G's and D's"},
+    "c",
+    why=N_(
+        "g_loss's graph runs through D's layers into G, and backward() adds into the .grad "
+        "of every parameter on that graph."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does a backward stop at the parameters you mean to step? It reaches every "
+            "parameter on the loss's graph, and G's loss passes through D to get to G."
+        ),
+        "b": N_(
+            "Does g_loss's graph reach G? D scores G's output, fake, which is not detached "
+            "here: the graph goes on into G's parameters."
+        ),
+    },
+    reveal="g_loss.backward() wrote into D's .grad too",
+    doc="Section 4's prediction: whose .grad the generator's backward writes.",
+)
+
+check_second_task_backward = choice_checker(
+    {
+        "a": "the trunk's .grad holds both losses' gradients",
+        "b": "the second backward() raises an error",
+        "c": "the second backward() replaces the first one's gradient",
+    },
+    "b",
+    why=N_("the first backward() freed the trunk's saved tensors, and the second one needs them."),
+    misconceptions={
+        "a": N_(
+            "Can the second backward() still use the trunk's saved tensors? The first one "
+            "freed them as it went: the second raises an error before it adds anything."
+        ),
+        "c": N_(
+            "Does backward() ever replace .grad? It adds; but here the second one fails "
+            "first: the first backward() freed the trunk's saved tensors."
+        ),
+    },
+    reveal="RuntimeError: Trying to backward through the graph a second time",
+    doc="Section 1's prediction: two backward passes through a shared trunk.",
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from helpers.checks import number_checker
+from helpers.predictions import choice_checker
 from helpers.training_stacks.backward_step_exercise import check_repaired_window
 from helpers.training_stacks.scale_after_exercise import check_scale_after_window
 from helpers.translation import N_
@@ -130,3 +131,54 @@ __all__ = [
     "check_scale_after_window",
     "naive_token_weight",
 ]
+
+
+check_token_weights_prediction = choice_checker(
+    {
+        "a": "the micro-batches with the fewest tokens",
+        "b": "the micro-batches with the most tokens",
+        "c": "every token weighs the same",
+    },
+    "a",
+    why=N_(
+        "each micro-batch's own mean divides by its own count, so a micro-batch of few tokens "
+        "gives each of them a larger share."
+    ),
+    misconceptions={
+        "b": N_(
+            "Does a mean give a large micro-batch's tokens more weight? It divides by the "
+            "micro-batch's count: the more tokens, the less each one weighs."
+        ),
+        "c": N_(
+            "Would the mean of means equal the mean over all tokens? Only if every "
+            "micro-batch held as many tokens; naive_window was 24% off one process."
+        ),
+    },
+    reveal="Figure: each token's weight in the naive mean",
+    doc="Section 1's prediction: whose tokens the naive mean weighs most.",
+)
+
+check_uneven_fix_prediction = choice_checker(
+    {
+        "a": "it hangs the same way",
+        "b": "it runs, and each rank's gradient equals one process on all 5 micro-batches",
+        "c": "it runs, but rank 1's gradient lacks a micro-batch",
+    },
+    "b",
+    why=N_(
+        "with no_sync() until each rank's own last micro-batch, every rank all-reduces once, "
+        "and the all-reduced count weighs every token alike."
+    ),
+    misconceptions={
+        "a": N_(
+            "How many all-reduces does each rank run with no_sync() until its own last "
+            "micro-batch? One each, whatever its number of micro-batches: they all meet."
+        ),
+        "c": N_(
+            "What does rank 1 hold after the all-reduce? The sum over both ranks, scaled by "
+            "the window's count: the same gradient as rank 0, over all 5 micro-batches."
+        ),
+    },
+    reveal="both ranks' gradients = one process on all 5",
+    doc="Section 2's prediction: section 1's loop on ranks with 3 and 2 micro-batches.",
+)

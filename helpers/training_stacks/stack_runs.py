@@ -142,8 +142,9 @@ def run_training_stacks(
 
     - ``"token_loss"``: padded token batches, ``k`` micro-batches of ``micro_batch``
       sequences per rank, different token counts per rank. ``"tokens_per_rank"``,
-      ``"tokens_per_micro_batch"`` (one list per rank), ``"global_tokens"``; ``"naive_rel_error"`` (each micro-batch's own token mean, DDP
-      averaging: relative error of the gradient vs one process on all the data);
+      ``"tokens_per_micro_batch"`` (one list per rank), ``"global_tokens"``;
+      ``"naive_rel_error"`` (each micro-batch's own token mean, DDP averaging: relative error
+      of the gradient vs one process on all the data);
       ``"scale_before_max_diff"`` (loss sum * world / all-reduced count, before backward);
       ``"scale_after_count"`` (the count, all-reduced after the window's backward passes);
       ``"scale_after_clipped_max_diff"`` (backward of the sums, ``p.grad *= world / count``

@@ -23,6 +23,7 @@ from helpers.checks import (
     number_checker,
     wrong,
 )
+from helpers.predictions import choice_checker
 from helpers.translation import N_, _, translate
 
 
@@ -439,3 +440,59 @@ def diagnose_zeroed(before: dict, after: dict) -> CheckResult:
             "graph and zeroed in place: what Optimizer.zero_grad does."
         )
     )
+
+
+check_none_or_zeros_step = choice_checker(
+    {"a": "neither", "b": "only with zeros", "c": "only with None", "d": "both"},
+    "b",
+    why=N_(
+        "step() skips a parameter whose .grad is None; zeros are a gradient of 0, and the "
+        "momentum buffer still moves the parameter."
+    ),
+    misconceptions={
+        "a": N_(
+            "Does a gradient of 0 leave the parameter where it is? With momentum the step "
+            "still applies the buffer: 0.9 × 0.5 = 0.45, times lr 0.1."
+        ),
+        "c": N_(
+            "Does step() update a parameter whose .grad is None? It skips it; only zeros "
+            "make a step, and the buffer moves the parameter."
+        ),
+        "d": N_(
+            "Does step() update a parameter whose .grad is None? It skips it: only the step "
+            "on zeros moves it."
+        ),
+    },
+    reveal="None never moves the parameter",
+    doc="Section 2's prediction: which second step of SGD with momentum moves the parameter.",
+)
+
+check_misplaced_zero_grad = choice_checker(
+    {
+        "a": "before the forward pass",
+        "b": "after the forward pass",
+        "c": "after step()",
+        "d": "between backward() and step()",
+    },
+    "d",
+    why=N_(
+        "only there does it empty .grad before the step that needs it; the forward pass "
+        "never touches .grad."
+    ),
+    misconceptions={
+        "a": N_(
+            "Is that not the standard loop itself? It is the reference the others are "
+            "compared with: look for the place where the step finds .grad empty."
+        ),
+        "b": N_(
+            "Does the forward pass read or write .grad? It does neither, so zeroing after it "
+            "is the same as zeroing before it."
+        ),
+        "c": N_(
+            "Has step() not already used .grad by then? It has: zeroing after the step is "
+            "the same as zeroing before the next forward pass."
+        ),
+    },
+    reveal="only between backward and step differs",
+    doc="Section 4's prediction: the one place for zero_grad that trains differently.",
+)

@@ -102,3 +102,17 @@ def test_tail_error_figure():
     assert [line.get_label() for line in fig.axes[0].lines] == ["exact", "divide by k"]
     with pytest.raises(ValueError):
         plot_tail_errors({})
+
+
+def test_the_function_and_its_gradient_are_described():
+    import torch
+
+    x = torch.linspace(-2, 2, 5, requires_grad=True)
+    y = x**2
+    y.sum().backward()
+    drawn = plot_function_and_gradient(x, y, x.grad, name="x²")
+    assert isinstance(drawn.figure, Figure) and len(drawn.figure.axes[0].lines) == 2
+    assert drawn.description == (
+        "Figure: x² and its gradient from autograd, for x from -2 to 2.\n"
+        "x²: 4 to 4; its gradient: -4 to 4"
+    )

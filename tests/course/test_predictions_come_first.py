@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import re
 
+import minutes
 import pytest
 from course import cells_tagged, notebook_paths, read
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
@@ -65,6 +66,25 @@ def test_no_prediction_is_answered_before_it_is_asked(path):
 def test_the_course_predicts_before_it_reveals():
     counted = sum(len(prompt_checkers(read(path))) for path in PATHS)
     assert counted >= 3, "the predictions with a reveal are found"
+
+
+# The course's floor for predictions on the main paths: every notebook from 01 to 08 asks at
+# least two, the gallery of bugs (05) at least four, and the course at least thirty.
+PER_NOTEBOOK, IN_THE_GALLERY, IN_ALL = 2, 4, 30
+
+
+def main_path_predictions(path) -> int:
+    nb = read(path)
+    deeper = {i for section in minutes.going_deeper_sections(nb) for i in section}
+    return sum(1 for i in cells_tagged(nb, "exercise-predict") if i not in deeper)
+
+
+def test_every_main_path_asks_for_predictions():
+    counts = {path.name[:2]: main_path_predictions(path) for path in PATHS}
+    taught = {number: count for number, count in counts.items() if "01" <= number <= "08"}
+    assert min(taught.values()) >= PER_NOTEBOOK, taught
+    assert counts["05"] >= IN_THE_GALLERY, counts
+    assert sum(counts.values()) >= IN_ALL, counts
 
 
 def test_a_reveal_printed_before_its_prompt_is_found():
