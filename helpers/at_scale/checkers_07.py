@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from helpers import learner_code
 from helpers.at_scale.amp_and_clipping import train_accumulating
+from helpers.at_scale.amp_parsons import check_amp_order as check_amp_order
 from helpers.audit import LoopAuditor
 from helpers.checks import (
     NOT_ANSWERED,

@@ -46,6 +46,7 @@ from helpers.audit_and_repair.repair_trace import (
     trace,
     unchanged_loop,
 )
+from helpers.audit_and_repair.script_review import check_script_review as check_script_review
 from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,

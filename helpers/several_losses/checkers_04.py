@@ -24,6 +24,7 @@ from helpers.checks import (
 )
 from helpers.models import TwoHeads
 from helpers.predictions import choice_checker
+from helpers.several_losses.gan_parsons import check_gan_order as check_gan_order
 from helpers.several_losses.multitask import flatten, task_gradients
 from helpers.translation import N_, _
 
@@ -483,4 +484,30 @@ check_second_task_backward = choice_checker(
     },
     reveal="RuntimeError: Trying to backward through the graph a second time",
     doc="Section 1's prediction: two backward passes through a shared trunk.",
+)
+
+
+check_two_ways_agree = choice_checker(
+    {
+        "a": "they are the same",
+        "b": "two passes give twice the gradient",
+        "c": "the summed backward loses loss_a's part",
+    },
+    "a",
+    why=N_(
+        "the gradient of a sum is the sum of the gradients, and two backward passes add "
+        "theirs into .grad: the same two terms either way."
+    ),
+    misconceptions={
+        "b": N_(
+            "Does retain_graph=True make the second pass count loss_a again? It only keeps "
+            "the saved tensors: each pass adds its own loss's gradient, once."
+        ),
+        "c": N_(
+            "Does the backward of a sum drop one of its terms? The gradient of a sum is the "
+            "sum of the gradients: both losses reach .grad."
+        ),
+    },
+    reveal="two backward passes = one summed backward",
+    doc="Section 2's prediction: two backward passes against one backward of the sum.",
 )

@@ -1,6 +1,7 @@
 """Parsons problems: every order that trains as the reference does is accepted, a distractor
 or a missing line is answered with its rule, a misordered loop with the exercise's hint, and
-bad input with what is expected; and the course's Parsons problem (03) holds its key."""
+bad input with what is expected; and the course's Parsons problems (03's window loop, 04's
+GAN update, 07's AMP window) hold their keys and are listed in their notebooks as judged."""
 
 from __future__ import annotations
 
@@ -10,17 +11,70 @@ import pytest
 from course import ROOT, read
 from torch.nn import functional as F
 
+from helpers.at_scale.checkers_07 import check_amp_order
 from helpers.gradient_accumulation.checkers_03 import check_window_order
 from helpers.parsons import parsons_checker
+from helpers.several_losses.checkers_04 import check_gan_order
 
 RIGHT = "cajhfkeg"
 
+# Each problem: its checker, its notebook, a right order and other right ones written apart
+# from it (the zero_grad calls may move), and wrong orders with the start of their answers.
+PROBLEMS = {
+    "03": (check_window_order, "03_gradient_accumulation.ipynb", RIGHT, ["cjahfkeg"], {}),
+    "04": (
+        check_gan_order,
+        "04_several_losses.ipynb",
+        "cefigjkda",
+        ["jcefigkda", "ecfigjkda", "cefijgkda", "cefigkjda"],
+        {
+            "cfiegjkda": "line i comes before line e: ",  # D zeroed after its backward
+            "ckefigjda": "line k comes before line g: ",  # G's loss scored before D's step
+            "cefigjkad": "does each model zero, backward and step",  # G steps before backward
+            "cefigjdka": "line d comes before line k: ",
+        },
+    ),
+    "07": (
+        check_amp_order,
+        "07_accumulation_at_scale.ipynb",
+        "fciekjhda",
+        ["ciekjhdaf"],
+        {
+            "fciekhjda": "line h comes before line j: ",  # clipped while still scaled
+            "fciekjhad": "line a comes before line d: ",
+            "fciekjdha": "line d comes before line h: ",
+            "fcikejhda": "in this order the lines do not make a function",
+        },
+    ),
+}
 
-def test_the_notebook_lists_the_lines_the_checker_judges():
-    nb = read(ROOT / "notebooks" / "03_gradient_accumulation.ipynb")
-    [prompt] = [c.source for c in nb.cells if c.source.startswith("**Put it in order")]
-    listed = prompt.split("```text\n")[1].split("\n```")[0].splitlines()
-    assert listed == [f"({letter}) {line}" for letter, line in check_window_order.lines.items()]
+
+@pytest.mark.parametrize("number", sorted(PROBLEMS))
+def test_the_notebook_lists_the_lines_the_checker_judges(number):
+    check, name, *_ = PROBLEMS[number]
+    nb = read(ROOT / "notebooks" / name)
+    prompts = [c.source for c in nb.cells if c.source.startswith("**Put it in order")]
+    listed = [p.split("```text\n")[1].split("\n```")[0].splitlines() for p in prompts]
+    assert [f"({letter}) {line}" for letter, line in check.lines.items()] in listed
+
+
+@pytest.mark.parametrize("number", sorted(PROBLEMS))
+def test_each_problem_takes_its_right_orders_and_names_its_mistakes(number):
+    check, _, right, others, wrong_orders = PROBLEMS[number]
+    for order in (right, right.upper(), " ".join(right), list(right), *others):
+        result = check(order)
+        assert result.passed, (order, result.message)
+    for order, start in wrong_orders.items():
+        result = check(order)
+        assert not result.passed and start in result.message, (order, result.message)
+    for letter in check.distractors:
+        result = check(right + letter)
+        assert result.message.startswith(f"line {letter} does not belong: "), result.message
+    for letter in check.required:
+        result = check(right.replace(letter, ""))
+        assert result.message.startswith(f"your order leaves out line {letter}: ")
+    for answer in (None, 7, right + "z", right + right[0]):
+        assert not check(answer).passed and check(answer).message
 
 
 def test_every_correct_order_is_accepted_however_written():

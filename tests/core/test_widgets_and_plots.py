@@ -116,3 +116,13 @@ def test_the_function_and_its_gradient_are_described():
         "Figure: x² and its gradient from autograd, for x from -2 to 2.\n"
         "x²: 4 to 4; its gradient: -4 to 4"
     )
+
+
+def test_show_source_numbers_its_lines(capsys):
+    from helpers.audit_and_repair.script_review import numbered_lines, train
+    from helpers.source import show_source
+
+    show_source(train, numbered=True)
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) == len(numbered_lines())
+    assert shown[0] == f"  1  {numbered_lines()[1]}"

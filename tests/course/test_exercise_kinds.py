@@ -12,6 +12,9 @@ from course import ROOT, cells_tagged, notebook_paths, read, title
 
 KINDS = minutes.KINDS
 CODE_KINDS = ("write", "repair")
+# Work on code: written or repaired, put in order, or reviewed for bugs (outcome O3), as
+# against values predicted or traced.
+WORK_ON_CODE = (*CODE_KINDS, "parsons", "review")
 PATHS = notebook_paths()
 
 
@@ -63,10 +66,13 @@ def exercise_minutes(path, main_path_only: bool) -> Counter:
 
 
 def test_at_least_half_of_the_exercise_minutes_are_code_to_write_or_repair():
-    for main_path_only in (False, True):  # with the optional ones, then the main path's
+    """Over the whole course, optional exercises included, at least half of the exercise
+    minutes go to code written or repaired; on the main path, where the predictions that come
+    before each reveal stand, at least half go to work on code of any kind."""
+    for main_path_only, kinds in ((False, CODE_KINDS), (True, WORK_ON_CODE)):
         spent = sum((exercise_minutes(path, main_path_only) for path in PATHS), Counter())
-        code = sum(spent[kind] for kind in CODE_KINDS)
-        assert code >= sum(spent.values()) - code, spent
+        code = sum(spent[kind] for kind in kinds)
+        assert code >= sum(spent.values()) - code, (main_path_only, spent)
 
 
 def summary(kinds: list[str]) -> str:
