@@ -447,19 +447,27 @@ def diagnose_number(
     expected: float,
     known_mistakes: dict[float, str],
     fallback: str,
+    questions: dict[float | None, str] | None = None,
+    why: str | None = None,
 ) -> CheckResult:
-    """Compare a numeric answer. A wrong one gets the hint of the known mistake it equals,
-    else ``fallback``."""
+    """Compare a numeric answer. A right one gets ``why``, one line on why it is right. A wrong
+    one gets the hint of the known mistake it equals, else ``fallback``; with ``questions``
+    (by the mistake's value, ``None`` for the fallback), the hint opens with its question, and
+    the exercise's first wrong answer gets the question alone (:func:`ask_first`)."""
     if number_matches(answer, expected):
-        return correct(_("{expected:g} is right.").format(expected=expected))
-    for value, hint in known_mistakes.items():
-        if number_matches(answer, value):
-            return wrong(
-                _("{answer:g} is not it. {hint}").format(answer=answer, hint=translate(hint))
+        if why:
+            return correct(
+                _("{expected:g} is right: {why}").format(expected=expected, why=translate(why))
             )
-    return wrong(
-        _("{answer:g} is not it. {fallback}").format(answer=answer, fallback=translate(fallback))
-    )
+        return correct(_("{expected:g} is right.").format(expected=expected))
+    key, hint = None, fallback
+    for value, mistake in known_mistakes.items():
+        if number_matches(answer, value):
+            key, hint = value, mistake
+            break
+    question = (questions or {}).get(key)
+    shown = translate(hint) if question is None else f"{translate(question)} {translate(hint)}"
+    return wrong(_("{answer:g} is not it. {hint}").format(answer=answer, hint=ask_first(shown)))
 
 
 def number_checker(
@@ -467,14 +475,29 @@ def number_checker(
     misconceptions: dict[float, str],
     fallback: str,
     *,
+    questions: dict[float | None, str],
+    why: str,
     doc: str,
     reveal: str | None = None,
 ) -> Callable[[object], CheckResult]:
     """A checker for a numeric question. ``misconceptions`` maps the number each common
-    mistake gives to a hint that names the mistake; ``expected`` may be computed (a function
-    of no arguments). The checker keeps both as attributes, so the tests can try each one.
-    ``reveal``, for a prediction that a later cell answers, is the text that cell prints
-    (``tests/course/test_predictions_come_first.py`` checks that nothing prints it before)."""
+    mistake gives to the computation that shows it wrong, and ``questions`` maps each of those
+    numbers (and ``None``, for any other wrong number, whose computation is ``fallback``) to
+    the question that names the misconception: a first wrong answer gets the question, a
+    second the computation too. ``why`` is one line on why the right number is right.
+    ``expected`` may be computed (a function of no arguments). The checker keeps these as
+    attributes, so the tests can try each one. ``reveal``, for a prediction that a later cell
+    answers, is the text that cell prints (``tests/course/test_predictions_come_first.py``
+    checks that nothing prints it before)."""
+    if set(questions) != {*misconceptions, None} or not all(
+        QUESTION.fullmatch(q.strip()) or q.rstrip().endswith("?") for q in questions.values()
+    ):
+        raise ValueError(
+            _(
+                "questions must give each misconception's number, and None for the fallback, "
+                "a question ending in '?'"
+            )
+        )
     if callable(expected):
         expected_value = expected
     else:
@@ -491,10 +514,14 @@ def number_checker(
             expected_value(),
             misconceptions,
             fallback,
+            questions,
+            why,
         )
 
     check.__doc__ = doc
     check.expected = expected_value
     check.misconceptions = misconceptions
+    check.questions = questions
+    check.why = why
     check.reveal = reveal
     return check

@@ -68,6 +68,18 @@ check_allreduces = number_checker(
         "A forward pass outside no_sync() makes its backward synchronize, even inside "
         "no_sync(): 8 synchronized backward passes, each all-reducing each of the 2 buckets."
     ),
+    questions={
+        2: N_("Does no_sync() skip the all-reduce when the forward ran outside it?"),
+        8: N_("How many buckets does each synchronized backward all-reduce?"),
+        14: N_("Does the last backward synchronize too?"),
+        7: N_("How many backward passes synchronize, and how many buckets each?"),
+        32: N_("Does a forward pass all-reduce anything?"),
+        1: N_("How many buckets, and how many synchronized backward passes?"),
+        None: N_("Which backward passes synchronize when every forward runs outside no_sync()?"),
+    },
+    why=N_(
+        "a forward outside no_sync() makes its backward synchronize: 8 backward passes × 2 buckets."
+    ),
     doc="Exercise 07.1: the run's 2 buckets, k = 8, every forward outside no_sync() and the "
     "first 7 backward passes inside it: 16 all-reduces per optimizer step.",
 )
@@ -98,6 +110,16 @@ check_trainer_window_loss = number_checker(
         "Sum all token losses of the window (2.0 x 30 + 4.0 x 10), then divide by all "
         "its tokens (40)."
     ),
+    questions={
+        3.0: N_("Does each micro-batch weigh the same, whatever its tokens?"),
+        6.0: N_("What is the window's summed loss divided by?"),
+        100.0: N_("What is the window's summed loss divided by?"),
+        50.0: N_("Does num_items_in_batch count micro-batches or tokens?"),
+        1.5: N_("Is that one micro-batch's share, or the window's loss?"),
+        3.5: N_("Which micro-batch holds 30 tokens?"),
+        None: N_("What are the window's summed token loss and its token count?"),
+    },
+    why=N_("the window's summed token loss, 2.0 × 30 + 4.0 × 10 = 100, over its 40 tokens."),
     doc="Exercise 07.3 (optional): two micro-batches with 30 and 10 counted tokens and mean token "
     "losses 2.0 and 4.0; with num_items_in_batch the window's loss is (2*30 + 4*10) / 40.",
 )

@@ -50,6 +50,17 @@ check_grad_prediction = number_checker(
         ),
     },
     N_("Add what each backward() contributes: d(w ** 2)/dw = 2 * w, d(5 * w)/dw = 5."),
+    questions={
+        5.0: N_("Does backward() replace .grad?"),
+        6.0: N_("How many backward() calls ran?"),
+        11.0: N_("How many times did w ** 2 go through backward()?"),
+        12.0: N_("Did every backward() add its gradient?"),
+        23.0: N_("Does backward() add the loss's value or its gradient?"),
+        27.0: N_("What does (5 * w).backward() add: 5 * w, or its derivative?"),
+        33.0: N_("Does .grad add up the losses or their gradients?"),
+        None: N_("What does each backward() add into .grad?"),
+    },
+    why=N_("each backward() adds its gradient into .grad: 2 * 3 + 2 * 3 + 5."),
     doc="""Exercise 01.1: ``w.grad`` after ``(w**2).backward()`` twice and ``(5*w).backward()``
     once, with ``w = 3``. Expected 2*3 + 2*3 + 5 = 17.""",
 )
@@ -86,6 +97,18 @@ check_weight_without_zero_grad = number_checker(
         "Write down `.grad` before each step: 1, then 1 + 2, then 1 + 2 + 3; each step "
         "subtracts lr times that."
     ),
+    questions={
+        0.4: N_("Which gradient does step 2 use when nothing empties .grad?"),
+        -0.8: N_("What has .grad summed by step 1?"),
+        0.6: N_("How many steps does the loop take?"),
+        0.9: N_("How many steps does the loop take?"),
+        2.0: N_("Does SGD add the gradient or subtract it?"),
+        1.6: N_("Does SGD add the gradient, and which gradient does each step use?"),
+        -9.0: N_("What does each step multiply .grad by?"),
+        -5.0: N_("What does each step multiply .grad by, and which gradient does it use?"),
+        None: N_("What does .grad hold before each of the three steps?"),
+    },
+    why=N_("step t uses g_1 + ... + g_t, so w moves by 0.1 × (1 + 3 + 6) = 1."),
     doc="""Exercise 01.5 (optional): start at w = 1.0, lr = 0.1, three SGD steps whose
     backward calls contribute 1, 2 and 3, and no ``zero_grad``. The steps use 1, 1+2 and 1+2+3, so
     w = 1 - 0.1 * (1 + 3 + 6) = 0.0.""",

@@ -64,6 +64,22 @@ check_gradient_allreduces = number_checker(
         "bucket. Window 2's overflow does not skip it: the all-reduce runs during backward, and "
         "scaler.step skips only the step."
     ),
+    questions={
+        10: N_("Does no_sync() skip the all-reduce on a window's first micro-batches?"),
+        3: N_(
+            "Is the short last window a window too, and does a skipped step skip its all-reduce?"
+        ),
+        8: N_("Does the question count one rank, and the gradients' all-reduces only?"),
+        20: N_("Does the question count one rank, and does no_sync() skip any all-reduce?"),
+        6: N_("Which micro-batches all-reduce: those inside no_sync(), or each window's last?"),
+        1: N_("How many windows does one rank run?"),
+        0: N_("Does the backward of a window's last micro-batch run inside no_sync()?"),
+        None: N_("How many windows does one rank run, and how many all-reduces does each make?"),
+    },
+    why=N_(
+        "one all-reduce per window, at its last backward, outside no_sync(): 4 windows on "
+        "each rank."
+    ),
     doc="Exercise 09.2 (optional): 10 micro-batches in windows of 3 (3, 3, 3, 1), one bucket: "
     "a correct train_ddp all-reduces the gradients 4 times on each rank, the overflowing "
     "window included.",

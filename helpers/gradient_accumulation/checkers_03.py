@@ -172,6 +172,16 @@ check_tail_fraction = number_checker(
         1 / 2: N_("0.5 is the tail of 2 in section 2; here the tail holds 3."),
     },
     N_("The tail sums 3 micro-batch losses, each divided by 4; its correct mean divides by 3."),
+    questions={
+        3 / 11: N_("Is the question about the tail's share of the data, or of its own gradient?"),
+        0: N_("Does the article's loop drop the tail?"),
+        1: N_("What is each of the tail's losses divided by?"),
+        1 / 4: N_("How many micro-batches does the tail add up?"),
+        4 / 3: N_("Does the tail get more or less than its mean?"),
+        1 / 2: N_("How many micro-batches does this tail hold?"),
+        None: N_("What is each of the tail's losses divided by, and how many does it add up?"),
+    },
+    why=N_("3 losses, each divided by 4, add up to 3/4 of their mean."),
     doc="""Exercise 03.1: the article's loop with k = 4 over 11 equal micro-batches: the tail
     window of 3 gets 3/4 of its correct gradient.""",
 )

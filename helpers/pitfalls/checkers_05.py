@@ -51,6 +51,15 @@ check_clipped_norm = number_checker(
         "max_norm. What does .grad hold after the 4th backward(), and what does the clip right "
         "after it do?"
     ),
+    questions={
+        2.0: N_("Do the clipped pieces add up past the last clip?"),
+        1.0: N_("Which .grad does the last clip act on?"),
+        0.125: N_("Is the gradient divided by k after the clip?"),
+        None: N_("What does the last clip_grad_norm_ act on?"),
+    },
+    why=N_(
+        "the last clip runs on the whole sum in .grad, so the step sees a norm of at most max_norm."
+    ),
     doc="Exercise 05.1: the norm of the gradient that step() uses when clip_grad_norm_("
     "max_norm=0.5) runs after every one of 4 micro-batch backward() calls.",
     reveal="clipping every micro-batch: the step's norm is 0.5",

@@ -62,6 +62,21 @@ check_naive_token_weight = number_checker(
         "A token of rank 0 gets 1/30 of rank 0's mean; DDP averages the 2 ranks, halving it; "
         "divide that by the exact 1/80. If you rounded, write the fraction instead."
     ),
+    questions={
+        1.0: N_("Does each rank's own mean give every token the same weight?"),
+        3 / 4: N_("Does a token of the rank with fewer tokens weigh more or less?"),
+        1 / 60: N_("Is the question the weight, or the weight as a multiple of 1/80?"),
+        80 / 30: N_("What does DDP do with the two ranks' gradients?"),
+        1 / 30: N_("What does DDP do to rank 0's weight, and what is it compared with?"),
+        4 / 5: N_("Which rank's token does the question ask about?"),
+        50 / 30: N_("What is the weight compared with: a token of rank 1, or the exact 1/80?"),
+        30 / 50: N_("What is compared: the ranks' counts, or a token's weight with 1/80?"),
+        None: N_("What weight does rank 0's own mean give one token, and what does DDP do then?"),
+    },
+    why=N_(
+        "rank 0's own mean gives a token 1/30, DDP's average halves it to 1/60, and "
+        "(1/60) / (1/80) = 80/60."
+    ),
     doc="Exercise 08.1: with each rank's own token mean (30 and 50 tokens) averaged by DDP, "
     "a token of rank 0 weighs (1/30 x 1/2) / (1/80) = 80/60 times the exact 1/80.",
 )
@@ -119,6 +134,25 @@ check_fewer_micro_batches = number_checker(
         "Each rank synchronizes once, at its own last micro-batch, and DDP averages the two sums; "
         "the mean over tokens divides the sum by all 80 tokens. Which rank ran how many "
         "micro-batches does not enter."
+    ),
+    questions={
+        1 / 80: N_("What does DDP do to the sum of the two ranks' gradients?"),
+        2 / 35: N_("Whose token count does every rank divide by?"),
+        1 / 35: N_("Whose token count does every rank divide by, and what undoes DDP's average?"),
+        2 / 45: N_("Whose token count does every rank divide by?"),
+        3 / 80: N_("Do the micro-batch counts change a token's weight?"),
+        2 / 120: N_("Do the micro-batch counts change a token's weight?"),
+        1 / 2: N_("Are the losses divided by micro-batches or by tokens?"),
+        1 / 5: N_("Are the losses divided by micro-batches or by tokens?"),
+        2 / 5: N_("Are the losses divided by micro-batches or by tokens?"),
+        1 / 160: N_("Has DDP already divided by the world size?"),
+        40.0: N_("Is the factor count / world, or its inverse?"),
+        80.0: N_("Do the summed losses need multiplying by the count, or dividing?"),
+        None: N_("What is the window's token count, and what undoes DDP's average?"),
+    },
+    why=N_(
+        "DDP leaves the mean of the two ranks' sums, so multiply by the world size and divide "
+        "by all 80 tokens: 2 / 80."
     ),
     doc="Exercise 08.3: rank 0 ran 3 micro-batches (45 tokens), rank 1 ran 2 (35 tokens), "
     "each synchronized at its own last one: rank 1 multiplies by world / tokens = 2 / 80.",

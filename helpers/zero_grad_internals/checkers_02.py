@@ -67,6 +67,21 @@ _check_grad_number = number_checker(
         "Follow w and .grad line by line: .grad = 4, then 8; step moves w to 1.2; zero_grad "
         "fills zeros; the last backward adds 2 * w."
     ),
+    questions={
+        4.0: N_("Where is w when the last backward() runs?"),
+        0.0: N_("Does anything run after zero_grad()?"),
+        8.0 + 2 * 1.2: N_("What does zero_grad(set_to_none=False) leave in .grad?"),
+        8.0: N_("Which call comes last in the sequence?"),
+        3.2: N_("What does .grad hold when step() runs?"),
+        1.2: N_("Is the question about w or about its gradient?"),
+        1.44: N_("Does backward() add the loss's value or its gradient?"),
+        12.0: N_("What do step() and zero_grad() change before the last backward()?"),
+        None: N_("What do w and .grad hold after each line?"),
+    },
+    why=N_(
+        "the step moved w to 1.2, zero_grad(set_to_none=False) left zeros, and the last "
+        "backward() added 2 × 1.2."
+    ),
     doc="",
 )
 
@@ -86,6 +101,8 @@ def check_grad_after_sequence(answer: object) -> CheckResult:
 
 check_grad_after_sequence.expected = _check_grad_number.expected
 check_grad_after_sequence.misconceptions = _check_grad_number.misconceptions
+check_grad_after_sequence.questions = _check_grad_number.questions
+check_grad_after_sequence.why = _check_grad_number.why
 
 
 def moved_by_first_adam_step() -> set[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from answers import second_try
 from torch import nn
 from torch.nn import functional as F
 
@@ -312,14 +313,16 @@ NUMERIC = [
 def test_numeric_checkers_name_each_misconception(check, right):
     assert check.expected() == right and len(check.misconceptions) >= 3
     for value, hint in check.misconceptions.items():
-        result = check(value)
+        result = second_try(check, value)
         assert not result.passed and hint in result.message, (value, result.message)
     assert not check(right + 1000).passed
 
 
 def test_the_named_misconceptions_give_those_numbers():
-    assert "inside it too" in check_allreduces(2).message  # no_sync() around backward only
-    assert "counts the forward passes" in check_allreduces(2 * 8 * 2).message
+    assert (
+        "inside it too" in second_try(check_allreduces, 2).message
+    )  # no_sync() around backward only
+    assert "counts the forward passes" in second_try(check_allreduces, 2 * 8 * 2).message
     assert 100 / 2 in check_trainer_window_loss.misconceptions  # by micro-batches, not tokens
 
 
@@ -354,7 +357,7 @@ def test_numeric_checkers_take_any_kind_of_number(check, right):
 
 def test_checkers_pass_in_strict_mode_and_raise_on_wrong_answers(strict_checks):
     assert check_allreduces(16).passed
-    with pytest.raises(AssertionError, match="inside it too"):
+    with pytest.raises(AssertionError, match="the forward ran outside it"):
         check_allreduces(2)
 
 

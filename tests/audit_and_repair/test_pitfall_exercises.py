@@ -17,6 +17,7 @@ import nbformat
 import numpy as np
 import pytest
 import torch
+from answers import second_try
 from course import NOTEBOOKS, cells_tagged
 from torch import nn
 from torch.nn import functional as F
@@ -995,7 +996,7 @@ def test_the_predicted_norm_is_what_clipping_every_micro_batch_gives(strict_chec
 
 @pytest.mark.parametrize("value", sorted(check_clipped_norm.misconceptions))
 def test_each_misconception_gets_its_hint(value):
-    result = check_clipped_norm(value)
+    result = second_try(check_clipped_norm, value)
     assert not result.passed and check_clipped_norm.misconceptions[value] in result.message
 
 

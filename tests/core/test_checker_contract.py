@@ -63,8 +63,22 @@ def test_a_numeric_question_names_at_least_three_mistakes(name):
     expected = check.expected()
     for value, hint in check.misconceptions.items():
         assert not math.isclose(value, expected, rel_tol=1e-5, abs_tol=1e-6), value
-        result = check(value)
-        assert not result.passed and hint in result.message, (value, result.message)
+        result = check(value)  # the question that names the misconception, first or alone
+        assert not result.passed and check.questions[value] in result.message, result.message
+        assert hint in check(value).message, "a second wrong answer shows the computation"
+    right = check(expected)
+    assert right.passed and right.message.endswith(f" is right: {check.why}"), right.message
+
+
+@pytest.mark.parametrize("name", sorted(NUMERIC))
+def test_a_first_wrong_number_gets_its_question_alone(name):
+    check = NUMERIC[name]
+    value = next(iter(check.misconceptions))
+    first = check(value)
+    assert first.message.endswith(
+        f"{check.questions[value]} Answer again: a second wrong answer shows why."
+    ), first.message
+    assert check.misconceptions[value] not in first.message
 
 
 def test_the_choice_and_trace_questions_are_found():
@@ -354,3 +368,19 @@ def test_exit_in_the_learners_code_is_reported_too():
 
     with pytest.raises(LearnerCodeError, match="return from your function instead"):
         call_learner(learner)
+
+
+def test_a_numeric_checker_needs_a_question_for_each_mistake():
+    from helpers.checks import number_checker
+
+    hints = {1.0: "One.", 2.0: "Two."}
+    questions = {1.0: "Is it one?", 2.0: "Is it two?", None: "What is it?"}
+    check = number_checker(3.0, hints, "Three.", questions=questions, why="it is.", doc="")
+    assert check(3).message.endswith("3 is right: it is.")
+    for broken in (
+        {1.0: "Is it one?", None: "What is it?"},  # a mistake without its question
+        {**questions, None: "No question."},  # a question that asks nothing
+        {1.0: "Is it one?", 2.0: "Is it two?"},  # no question for the fallback
+    ):
+        with pytest.raises(ValueError, match="questions must give each misconception"):
+            number_checker(3.0, hints, "Three.", questions=broken, why="", doc="")

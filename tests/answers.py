@@ -1,0 +1,11 @@
+"""Answering a checker as a learner does: the first wrong answer of an exercise gets the
+question that names the misconception, a second one the computation too
+(helpers.checks.ask_first). Tests that look for the computation answer twice."""
+
+from __future__ import annotations
+
+
+def second_try(check, answer):
+    """The result of ``check(answer)`` given a second time."""
+    check(answer)
+    return check(answer)
