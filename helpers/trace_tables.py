@@ -267,6 +267,12 @@ def trace_checker(
             "every row is right: the backward of a scaled loss adds scale × the gradient, "
             "unscale_() divides .grad by the scale, and step() uses what .grad holds then."
         )
+    elif beta:
+        why_right = _(
+            "every row is right: backward() adds into .grad, step() folds .grad into the "
+            "momentum buffer (momentum × buffer + .grad) and moves w by the buffer, and "
+            "zero_grad() empties .grad but leaves the buffer."
+        )
     elif "clip" in names:
         why_right = _(
             "every row is right: backward() adds into .grad, clip_grad_norm_() scales the sum "

@@ -1,10 +1,10 @@
 """Notebook 06's code review: a training script written for the course in the style of a
-public fine-tuning script (SGD with momentum, a warm-up then linear decay, bfloat16 autocast
-with a GradScaler, accumulation, clipping, validation, a best checkpoint), with three bugs
-that nobody announces. :data:`SCRIPT_BUGS` names the lines that hold them, by their text; the
-learner gives their line numbers to :func:`check_script_review`.
-tests/audit_and_repair/test_script_review.py checks the key by running the script under the
-loop auditor, and with its bugs fixed."""
+public fine-tuning script (SGD with momentum, a warm-up then linear decay, accumulation,
+clipping with a logged norm, validation, a best checkpoint), with three bugs that nobody
+announces; each breaks a rule that notebooks 03 and 05 teach on their main paths.
+:data:`SCRIPT_BUGS` names the lines that hold them, by their text; the learner gives their line
+numbers to :func:`check_script_review`. tests/audit_and_repair/test_script_review.py checks
+the key by running the script under the loop auditor, and with its bugs fixed."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ from helpers.translation import N_, _, translate
 
 def train(model, loader, val_loader, epochs=2, lr=0.01, accumulation_steps=4, max_norm=5.0):
     """Fine-tune `model` on `loader` (batches of inputs and targets) with SGD, a linear
-    warm-up then decay, bfloat16 autocast, gradient accumulation and clipping; evaluate on
-    `val_loader` after each epoch and keep the best weights. Returns each epoch's losses."""
+    warm-up then decay, gradient accumulation and clipping; evaluate on `val_loader` after each
+    epoch and keep the best weights. Returns each epoch's losses and largest gradient norm."""
+    if not len(loader):
+        raise ValueError("train() needs at least one batch")
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=1e-4)
     steps = epochs * -(-len(loader) // accumulation_steps)  # optimizer steps, tails included
     warmup = max(1, steps // 10)
@@ -40,50 +42,49 @@ def train(model, loader, val_loader, epochs=2, lr=0.01, accumulation_steps=4, ma
         return min(1.0, (step + 1) / warmup) * max(0.0, 1.0 - step / steps)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay)
-    scaler = torch.amp.GradScaler("cpu")
     history, best, best_state = [], float("inf"), None
     for epoch in range(epochs):
         model.train()
-        running, seen = 0.0, 0
+        running, seen, norms = 0.0, 0, []
         for step, (inputs, targets) in enumerate(loader):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                outputs = model(inputs)
-            loss = F.mse_loss(outputs.float(), targets)
-            scaler.scale(loss).backward()
+            outputs = model(inputs)
+            loss = F.mse_loss(outputs, targets)
+            loss.backward()
+            norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
             running += loss.item() * len(targets)
             seen += len(targets)
             if (step + 1) % accumulation_steps == 0 or step + 1 == len(loader):
-                nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-                scaler.unscale_(optimizer)
-                scaler.step(optimizer)
-                scaler.update()
+                norms.append(norm.item())  # the norm of the window's gradient, for the log
+                optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             scheduler.step()
         model.eval()
         with torch.no_grad():
             val = sum(F.mse_loss(model(x), y, reduction="sum").item() for x, y in val_loader)
         val /= sum(len(y) for _, y in val_loader)
-        history.append({"epoch": epoch, "train": running / seen, "val": val})
+        history.append(
+            {
+                "epoch": epoch,
+                "train": running / seen,
+                "val": val,
+                "norm": max(norms),
+                "lr": scheduler.get_last_lr()[0],
+            }
+        )
         if val < best:  # keep the best epoch's weights, as a checkpoint would
             best, best_state = val, copy.deepcopy(model.state_dict())
     model.load_state_dict(best_state)
     return history
 
 
-# Each bug: the text of the line or lines that hold it (either line of a misordered pair
-# names it), and the loop auditor's rule for it ("" where it has none: it cannot see how a loss
+# Each bug: the text of the line or lines that hold it (either names it), and the loop
+# auditor's rule for it ("" where it has none: it cannot see how a loss
 # was scaled).
 SCRIPT_BUGS = {
-    "undivided": (
-        ("loss = F.mse_loss(outputs.float(), targets)", "scaler.scale(loss).backward()"),
-        "",
-    ),
-    "clip before unscale_": (
-        (
-            "nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
-            "scaler.unscale_(optimizer)",
-        ),
-        "unscale-after-clip",
+    "undivided": (("loss = F.mse_loss(outputs, targets)", "loss.backward()"), ""),
+    "clip per micro-batch": (
+        ("norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)",),
+        "clip-per-micro-batch",
     ),
     "scheduler per micro-batch": (("scheduler.step()",), "scheduler-per-micro-batch"),
 }
@@ -115,6 +116,10 @@ FINE_LINES = {
         "Does this test drop the short last window? Its `or` steps on the tail too: the "
         "window ends at every k-th micro-batch and at the last one."
     ),
+    "norms.append(norm.item())  # the norm of the window's gradient, for the log": N_(
+        "Does logging the norm change the gradient? .item() only reads a number: the bug, "
+        "if any, is where that norm came from."
+    ),
     "running += loss.item() * len(targets)": N_(
         "Does this sum keep graphs alive? .item() is a Python float: no graph is kept."
     ),
@@ -139,10 +144,9 @@ BUG_HINTS = {
         "full window's gradient is 4 times its mean (the tail's 2 times), so the steps have "
         "the wrong size and the tail weighs half as much as a full window."
     ),
-    "clip before unscale_": N_(
-        "What does clip_grad_norm_ see before scaler.unscale_()? The gradients times the "
-        "scale, 65,536: after unscale_() almost every window's gradient has a norm of max_norm / "
-        "65,536."
+    "clip per micro-batch": N_(
+        "When does clip_grad_norm_ run? After every micro-batch's backward(): it rescales each "
+        "partial sum on the way, not the window's gradient. Clip once, right before the step."
     ),
     "scheduler per micro-batch": N_(
         "How often does scheduler.step() run? Once per micro-batch: a schedule counted in "
@@ -203,8 +207,8 @@ def check_script_review(answer: object) -> CheckResult:
         )
     return correct(
         _(
-            "all three: the losses are not divided by their window's size, the clip comes "
-            "before unscale_(), and the scheduler steps per micro-batch. Run the next cell to "
-            "see which of them the loop auditor reports."
+            "all three: the losses are not divided by their window's size, the clip and the "
+            "scheduler run once per micro-batch. Run the next cell to see which of them the "
+            "loop auditor reports."
         )
     )

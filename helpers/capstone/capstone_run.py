@@ -177,6 +177,12 @@ VARIANTS = {
         "the short last window (1 micro-batch) was never stepped: windows of "
         "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))."
     ),
+    "loss in bfloat16": N_(
+        "the weights are close to the right ones, but rounded: the loss was computed from the "
+        "bfloat16 logits outside autocast, where cross_entropy keeps bfloat16's 8 significant "
+        "bits. Compute it inside the `with torch.autocast(...)` block, which runs "
+        "cross_entropy in float32, or from logits.float()."
+    ),
     "no clip": N_(
         "the gradient was clipped at the wrong norm, or not at all: clip the unscaled "
         "gradient to max_norm={max_norm:g}, clip_grad_norm_(model.parameters(), {max_norm:g}) "
@@ -210,8 +216,10 @@ def reference_run(variant: str = "correct") -> dict:
                 tokens, targets = data[rank][i]
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     logits = model(tokens)
-                # the loss in float32, as autocast would compute it inside its block
-                summed = F.cross_entropy(logits.float(), targets, ignore_index=PAD, reduction="sum")
+                # the loss in float32, as autocast would compute it inside its block (a
+                # mistake: from the bfloat16 logits, outside autocast)
+                scores = logits if variant == "loss in bfloat16" else logits.float()
+                summed = F.cross_entropy(scores, targets, ignore_index=PAD, reduction="sum")
                 loss = micro_batch_loss(variant, summed, counts, rank, window, data, i)
                 scaler.scale(loss).backward()
         scaler.unscale_(optimizer)

@@ -136,6 +136,10 @@ MISTAKES = {
         "divided by the number of micro-batches",
     ),
     "no world-size factor": ([("loss * world / tokens", "loss / tokens")], "get_world_size()"),
+    "the loss outside autocast": (  # computed from the bfloat16 logits: rounded
+        [("                    " + SUM, "                " + SUM)],
+        "from the bfloat16 logits outside autocast",
+    ),
     "no no_sync": (
         [("contextlib.nullcontext() if last else model.no_sync()", "contextlib.nullcontext()")],
         "inside `with model.no_sync():`",
@@ -279,8 +283,15 @@ def test_every_variant_is_far_from_the_reference_and_from_each_other():
     start = capstone_run.flat_weights(capstone_run.make_model())
     weights = {v: capstone_run.reference_run(v)["weights"] for v in capstone_run.VARIANTS}
     moved = (weights["correct"] - start).norm()
+    rounded = weights.pop("loss in bfloat16")  # the one mistake whose weights are close
     for a, b in itertools.combinations(weights, 2):
         assert (weights[a] - weights[b]).norm() > 0.05 * moved, (a, b)
+    near = (rounded - weights["correct"]).norm()
+    assert 0.002 * moved < near < 0.05 * moved, near / moved  # near, yet told apart
+    assert not torch.allclose(
+        rounded, weights["correct"], rtol=checkers_09.CAPSTONE_RTOL, atol=checkers_09.CAPSTONE_ATOL
+    ), "a loss rounded in bfloat16 fails the check"
+    assert all((rounded - w).norm() > 0.05 * moved for v, w in weights.items() if v != "correct")
     with pytest.raises(ValueError, match="variant must be one of"):
         capstone_run.reference_run("typo")
 
