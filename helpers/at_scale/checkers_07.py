@@ -343,6 +343,11 @@ AMP_MISTAKES = {
         "samples (len(targets) / samples, the window's total): without it the window's gradient "
         "is the sum, not the mean, of its micro-batches' gradients."
     ),
+    "float16": N_(
+        "the weights are close to the course's, but rounded otherwise: your autocast ran in "
+        "float16. On the CPU the exercise asks for bfloat16, the CPU's autocast type: "
+        'torch.autocast("cpu", dtype=torch.bfloat16).'
+    ),
     "no clip": N_(
         "the accumulated gradient was not clipped: after scaler.unscale_(optimizer), "
         "nn.utils.clip_grad_norm_(model.parameters(), 1.0), once per window."
@@ -373,7 +378,8 @@ def _amp_reference(windows, mistake: str | None = None):
 
     train_accumulating(
         model, optimizer, [b for w in windows for b in w], k, loss_fn=loss_fn,
-        amp_dtype=torch.bfloat16, scaler=scaler, max_norm=None if mistake == "no clip" else 1.0,
+        amp_dtype=torch.float16 if mistake == "float16" else torch.bfloat16, scaler=scaler,
+        max_norm=None if mistake == "no clip" else 1.0,
     )  # fmt: skip
     return flat_weights(model) if mistake else (flat_weights(model), scaler)
 

@@ -385,7 +385,7 @@ def test_a_ranks_exception_is_what_the_error_shows():
 
 def amp_window_variant(
     divide="samples", zero="start", set_to_none=True, unscale=True, clip="window",
-    step="scaler", update="after", norm=1.0,
+    step="scaler", update="after", norm=1.0, dtype=torch.bfloat16,
 ):  # fmt: skip
     """An ``amp_window`` written one way, or with one mistake."""
 
@@ -394,7 +394,7 @@ def amp_window_variant(
             optimizer.zero_grad(set_to_none=set_to_none)
         samples = sum(len(targets) for _, targets in window)
         for inputs, targets in window:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=dtype):
                 outputs = model(inputs)
                 if divide == "inside":  # the sum over the micro-batch / the window's samples
                     loss = F.mse_loss(outputs, targets, reduction="sum") / samples
@@ -483,6 +483,7 @@ def test_the_amp_window_checker_accepts_a_correct_window_however_written(written
         ({"update": "twice"}, "scaler.update() ran twice in a row"),
         ({"norm": 0.5}, "clipped at max_norm=0.5: clip the unscaled gradient to max_norm=1.0"),
         ({"clip": "after step"}, "before scaler.step(optimizer)"),
+        ({"dtype": torch.float16}, "your autocast ran in float16"),
     ],
 )
 def test_the_amp_window_checker_names_each_mistake(mistake, hint):
