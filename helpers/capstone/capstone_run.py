@@ -366,14 +366,13 @@ def main(argv: list[str] | None = None) -> None:
     weights, seen = _train(args.source[0], args.name[0], rank, world)
     gc.collect()  # the learner's frames and the DDP model: the group's last references
     if weights is None:
-        (out / f"error{rank}.json").write_text(json.dumps({**seen, "time": time.time()}))
+        write_whole(out / f"error{rank}.json", {**seen, "time": time.time()})
         sys.stdout.flush()
         os._exit(1)
     held: list = []  # the all-gather's tensors, alive until the group is destroyed
     results = _gather_results(weights, seen, held)
     if rank == 0:  # whole or not at all: run_capstone may read it after a stop
-        (out / "results.part").write_text(json.dumps(results))
-        (out / "results.part").replace(out / "results.json")
+        write_whole(out / "results.json", results)
     dist.destroy_process_group()
     leave_at_once()
 
@@ -434,7 +433,7 @@ def _main_batch(functions: list[tuple[str, str]], out: Path, timeout: float) -> 
         weights, seen = _train(source, name, rank, world)
         gc.collect()  # the learner's frames and the DDP model: the group's last references
         if weights is None:
-            (out / f"error{j}_{rank}.json").write_text(json.dumps({**seen, "time": time.time()}))
+            write_whole(out / f"error{j}_{rank}.json", {**seen, "time": time.time()})
             dist.destroy_process_group()  # closes its sockets: a rank waiting for it fails
         store.set(f"ended{j}/{rank}", "ok" if weights is not None else "error")
         store.wait([f"ended{j}/{r}" for r in range(world)])
@@ -442,7 +441,7 @@ def _main_batch(functions: list[tuple[str, str]], out: Path, timeout: float) -> 
         if all(store.get(f"ended{j}/{r}") == b"ok" for r in range(world)):
             results = _gather_results(weights, seen, held)
             if rank == 0:
-                (out / f"results{j}.json").write_text(json.dumps(results))
+                write_whole(out / f"results{j}.json", results)
         if weights is not None:
             dist.destroy_process_group()
         del held
@@ -481,15 +480,25 @@ def run_capstone(function: Callable, timeout: float = 60) -> dict:
             results = Path(folder) / "results.json"
             if results.exists():  # the function ran to its end: only leaving was stopped
                 return json.loads(results.read_text(encoding="utf-8"))
-            errors = sorted(
-                (json.loads(p.read_text()) for p in Path(folder).glob("error*.json")),
-                key=lambda e: e["time"],
-            )
+            errors = sorted(read_errors(Path(folder).glob("error*.json")), key=lambda e: e["time"])
             if errors:
                 raise CapstoneRunError("error", errors[0]["error"], errors[0]["calls"]) from None
             kind = "timeout" if "took over" in str(error) else "failed"
             raise CapstoneRunError(kind, str(error)) from None
         return json.loads((Path(folder) / "results.json").read_text(encoding="utf-8"))
+
+
+def write_whole(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path`` whole or not at all: a rank stopped while writing
+    (a busy machine reaches the deadline sooner) leaves no half-written file to be read."""
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(data), encoding="utf-8")
+    part.replace(path)
+
+
+def read_errors(paths) -> list[dict]:
+    """The ranks' error reports at ``paths``, each read whole."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
 
 
 # What a batch's launch may take beyond its functions' deadlines: starting the processes and
@@ -549,7 +558,7 @@ def _batch_outcome(
     launch's own ``failure`` (``None``: the launch ended well without judging it)."""
     if (out / f"results{j}.json").exists():
         return json.loads((out / f"results{j}.json").read_text(encoding="utf-8"))
-    errors = [json.loads(p.read_text()) for p in out.glob(f"error{j}_*.json")]
+    errors = read_errors(out.glob(f"error{j}_*.json"))
     stops = [
         {"time": p.stat().st_mtime, "stacks": p.read_text(errors="replace")}
         for p in out.glob(f"timeout{j}_*.txt")
