@@ -11,8 +11,11 @@ the lines are the right ones in an order that does something else, a hint of the
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
+
+import torch
 
 from helpers.checks import (
     NOT_ANSWERED,
@@ -56,6 +59,30 @@ def _labels(answer: object, known: list[str]) -> list[str]:
             )
         )
     return letters
+
+
+def trains_like(
+    reference: Callable, trained: Callable[[Callable], tuple], *, rtol=1e-5, atol=1e-7
+) -> Callable[[Callable], bool]:
+    """A ``runs_right`` for :func:`parsons_checker`: ``trained(function)`` runs a function on
+    the problem and returns what it ends with, a tuple of tensors (the weights, compared with
+    ``torch.allclose``) and numbers (such as a scheduler's step count, compared exactly). An
+    order runs right when it ends where ``reference`` does; the reference runs once, at the
+    first check."""
+
+    @functools.cache
+    def expected() -> tuple:
+        return trained(reference)
+
+    def runs_right(function: Callable) -> bool:
+        return all(
+            torch.allclose(got, want, rtol=rtol, atol=atol)
+            if isinstance(want, torch.Tensor)
+            else got == want
+            for got, want in zip(trained(function), expected(), strict=True)
+        )
+
+    return runs_right
 
 
 def parsons_checker(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import warnings
@@ -30,7 +29,7 @@ from helpers.checks import (
 from helpers.data import make_padded_tokens
 from helpers.grads import StepGradients
 from helpers.models import NORMS, TokenModel
-from helpers.parsons import parsons_checker
+from helpers.parsons import parsons_checker, trains_like
 from helpers.predictions import choice_checker
 from helpers.trace_tables import Call, trace_checker
 from helpers.translation import N_, _, translate
@@ -527,17 +526,6 @@ def _trained(function) -> tuple[torch.Tensor, int]:
     return weights, scheduler.last_epoch
 
 
-@functools.cache
-def _reference_window_run() -> tuple[torch.Tensor, int]:
-    return _trained(train_windows)  # the same for every answer: run once
-
-
-def _window_loop_runs_right(function) -> bool:
-    weights, steps = _trained(function)
-    want, want_steps = _reference_window_run()
-    return steps == want_steps and torch.allclose(weights, want, rtol=1e-5, atol=1e-7)
-
-
 check_window_order = parsons_checker(
     "def train(model, optimizer, scheduler, micro_batches, k):",
     {
@@ -580,7 +568,7 @@ check_window_order = parsons_checker(
         "e": N_("which line moves the weights? Without optimizer.step() nothing trains."),
         "g": N_("where does the scheduler step? Once per optimizer step, right after it."),
     },
-    runs_right=_window_loop_runs_right,
+    runs_right=trains_like(train_windows, _trained),
     misordered=N_(
         "are zero_grad(), step() and scheduler.step() where they belong? The lines are the "
         "right ones, but in this order the loop does not zero once per window, run backward() "

@@ -147,3 +147,24 @@ def test_a_problem_is_refused_unless_its_letters_fit():
             doc="",
             names={"F": F},
         )
+
+
+def test_trains_like_compares_tensors_closely_and_numbers_exactly():
+    import torch
+
+    from helpers.parsons import trains_like
+
+    runs = []
+
+    def trained(function):
+        runs.append(function)
+        return function()
+
+    def reference():
+        return torch.ones(2), 3
+
+    runs_right = trains_like(reference, trained)
+    assert runs_right(lambda: (torch.ones(2) + 1e-9, 3))
+    assert not runs_right(lambda: (torch.ones(2), 4)), "a step count must match exactly"
+    assert not runs_right(lambda: (torch.ones(2) * 1.01, 3))
+    assert runs.count(reference) == 1, "the reference runs once"
