@@ -11,7 +11,7 @@ import torch
 
 from helpers import learner_code
 from helpers.at_scale.checkers_07 import OPTIMIZER_STEP, finding_hint, scaler_error_hint
-from helpers.capstone import capstone_run
+from helpers.capstone import capstone_run, stages
 from helpers.checks import (
     NOT_ANSWERED,
     AnswerKindError,
@@ -140,14 +140,22 @@ def _short(message: str) -> str:
 
 
 @checker
-def check_capstone(train_ddp: object, timeout: float = 60) -> CheckResult:
-    """Exercise 09.1 (the capstone): ``train_ddp(model, optimizer, scheduler, scaler,
+def check_capstone(train_ddp: object, stage: int = 4, timeout: float = 60) -> CheckResult:
+    """Exercise 09.1 (the capstone), by ``stage``: 1, 2 and 3 run in this process
+    (:mod:`helpers.capstone.stages`: one process without AMP; the tail and tokens; AMP), and
+    4, the default, on two DDP ranks. Stage 4: ``train_ddp(model, optimizer, scheduler, scaler,
     micro_batches, accumulation_steps)`` trains on 2 DDP processes (gloo): windows of
     ``accumulation_steps`` uneven micro-batches of padded tokens, the last window short; the
     window's summed token loss divided by its token count over both ranks; a GradScaler;
     clipping of the unscaled gradient; one scheduler step per window. Its final weights must
     equal one process trained on both ranks' data (``helpers.capstone.capstone_run.reference_run``),
     and the loop auditor must find nothing. ``timeout`` bounds the run (a hang is a ❌)."""
+    if stage != 4:
+        try:
+            stages.check_stage(stage)
+        except ValueError as error:
+            return wrong(str(error))
+        return _check_stage(train_ddp, stage)
     function = _capstone_function(train_ddp)
     if isinstance(function, CheckResult):
         return function
@@ -305,3 +313,128 @@ def _judge_capstone(results: dict) -> CheckResult:
             "skipped, the short last window stepped, clipped and scheduled once per window."
         )
     )
+
+
+STAGE_DONE = {
+    1: N_(
+        "one step per window, each on the window's mean token loss, clipped and scheduled "
+        "once per window. Next, the short last window and padded tokens."
+    ),
+    2: N_(
+        "each window, the short last one included, stepped on the mean over its non-padding "
+        "tokens. Next, AMP."
+    ),
+    3: N_(
+        "under autocast with a GradScaler the same weights as the reference: the overflowing "
+        "window skipped, the scale halved, the scheduler stepped once per window. Next, two "
+        "DDP ranks."
+    ),
+}
+STAGE_LOSS = {
+    1: N_(
+        "Is each micro-batch's loss its share of the window's mean? The weights are {away:.1%} "
+        "(of the distance they moved) away from the reference: backward each micro-batch's "
+        "summed token loss divided by the window's token count."
+    ),
+    2: N_(
+        "Does every micro-batch's loss divide by the same count, the window's non-padding "
+        "tokens? The weights are {away:.1%} (of the distance they moved) away from the "
+        "reference: sum each micro-batch's token losses (ignore_index=-100) and divide by the "
+        "window's count of tokens whose target is not -100."
+    ),
+    3: N_(
+        "Is the loss computed and scaled as in stage 2? The weights are {away:.1%} (of the "
+        "distance they moved) away from the reference: under autocast, backward "
+        "scaler.scale(loss); then unscale_, clip, scaler.step and update once per window."
+    ),
+}
+
+# One process has no ranks to average: the hints of capstone_run.VARIANTS without them.
+STAGE_VARIANT_HINTS = {
+    "micro-batch mean / window": N_(
+        "each micro-batch's mean token loss was divided by the number of micro-batches in "
+        "the window: a micro-batch with few tokens weighs as much as one with many. Sum the "
+        "token losses and divide by the window's count of non-padding tokens."
+    ),
+}
+
+
+def _check_stage(train_ddp: object, stage: int) -> CheckResult:
+    """Stages 1 to 3 of the capstone, in this process: the verdict on ``train_ddp`` against
+    :func:`helpers.capstone.stages.reference`."""
+    if is_unanswered(train_ddp):
+        return wrong(NOT_ANSWERED)
+    function = as_function(train_ddp, CAPSTONE_CALL)
+    try:
+        source = learner_code.function_source(function)
+    except ValueError as error:
+        return wrong(str(error))
+    if learner_code.has_placeholder(source):
+        return wrong(_("your function still has `...` in it: replace each one with code."))
+    got = stages.run_stage(function, stage)
+    want = stages.reference(stage)
+    windows = want["windows"]
+    if stage == 3 and "scale" not in got["calls"]:
+        return wrong(
+            _(
+                "Does every micro-batch's loss go through the scaler? backward() ran on "
+                "losses that scaler.scale never saw: backward scaler.scale(loss), then, once "
+                "per window, scaler.unscale_(optimizer), the clip, scaler.step(optimizer) and "
+                "scaler.update()."
+            )
+        )
+    hint = finding_hint(got["findings"], got["calls"], windows, CAPSTONE_FINDING_HINTS)
+    if hint is not None:
+        return wrong(hint)
+    weights = got["weights"]
+    if stage == 3 and (
+        not torch.isfinite(weights).all() or (got["calls"] and "optimizer.step" in got["calls"])
+    ):
+        return wrong(OPTIMIZER_STEP)
+    steps = len(got["lrs"])
+    expected_steps = len(want["lrs"])
+    if steps != expected_steps and stage < 3:
+        return wrong(
+            _(
+                "Does the loop step once per window, the short last one included? It stepped "
+                "{steps} times; {n} micro-batches in windows of {k} make {windows}."
+            ).format(
+                steps=steps, n=len(stages.stage_data(stage)), k=capstone_run.K, windows=windows
+            )
+        )
+    if got["lrs"] != want["lrs"]:
+        return wrong(
+            _(
+                "Does the scheduler step once per window? The steps used the learning rates "
+                "{got}, the reference's {want}: call scheduler.step() once per window, after "
+                "the optimizer's step."
+            ).format(got=got["lrs"], want=want["lrs"])
+        )
+    if stage == 3 and got["scale"] != want["scale"]:
+        return wrong(
+            _(
+                "Does every micro-batch's loss go through scaler.scale? The scale ended at "
+                "{got:g}, the reference's at {want:g}: scale each loss, and call "
+                "scaler.update() once per window."
+            ).format(got=got["scale"], want=want["scale"])
+        )
+    if torch.allclose(weights, want["weights"], rtol=CAPSTONE_RTOL, atol=CAPSTONE_ATOL):
+        return correct(translate(STAGE_DONE[stage]))
+    norms = {n for n in got["max_norms"] if n != capstone_run.MAX_NORM and not math.isinf(n)}
+    if norms:
+        return wrong(
+            _(
+                "Is the gradient clipped at max_norm={MAX_NORM:g}? It was clipped at "
+                "{min}: clip once per window, before the step."
+            ).format(min=min(norms), MAX_NORM=capstone_run.MAX_NORM)
+        )
+    start = capstone_run.flat_weights(capstone_run.make_model())
+    moved = (want["weights"] - start).norm()
+    for variant in stages.STAGE_VARIANTS[stage][1:]:
+        made = stages.reference(stage, variant)["weights"]
+        near = min(0.01 * moved, 0.25 * (made - want["weights"]).norm())
+        if (weights - made).norm() < near:
+            hint = STAGE_VARIANT_HINTS.get(variant, capstone_run.VARIANTS[variant])
+            return wrong(translate(hint).format(max_norm=capstone_run.MAX_NORM))
+    away = ((weights - want["weights"]).norm() / moved).item()
+    return wrong(translate(STAGE_LOSS[stage]).format(away=away))

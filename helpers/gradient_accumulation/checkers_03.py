@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from helpers import learner_code
 from helpers.accumulation import full_batch_gradients, windows
 from helpers.checks import (
     NOT_ANSWERED,
@@ -18,6 +19,7 @@ from helpers.checks import (
     as_function,
     as_names,
     as_number,
+    ask_first,
     call_learner,
     checker,
     correct,
@@ -123,7 +125,7 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
 
 @checker
 def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
-    """Exercise 03.2: ``train_epoch(model, optimizer, loss_fn, micro_batches, k)``, with a
+    """Exercise 03.2, part 2: ``train_epoch(model, optimizer, loss_fn, micro_batches, k)``, with a
     sum-reduced ``loss_fn``, must step once per window of ``k`` micro-batches (the last
     one shorter) with the gradient of the window's mean loss per non-padding token."""
     if is_unanswered(train_epoch):
@@ -651,4 +653,179 @@ check_window_zero_grads = choice_checker(
     },
     reveal="zero_grad() calls: one per window",
     doc="Section 2's prediction: how many zero_grad() calls the plain window loop makes.",
+)
+
+
+# ------------------------------------------------------------ exercise 03.2, part 1
+TAIL_SIZES = (4,) * 9 + (2,)  # a loader's micro-batches: the last one short; k = 4 windows
+TAIL_K = 4
+
+
+def _tail_problem() -> tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Ten micro-batches of 4 samples but the last, of 2, for a small classifier: with k = 4
+    the windows hold 4, 4 and 2 micro-batches, the last one 6 samples."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        model = nn.Linear(3, 2)
+        micro_batches = [(torch.randn(n, 3), torch.randint(0, 2, (n,))) for n in TAIL_SIZES]
+    return model, micro_batches
+
+
+def _micro_batch_gradients(model: nn.Module, micro_batches: list) -> list[torch.Tensor]:
+    """The gradient of each micro-batch's mean loss, flattened."""
+    grads = []
+    for inputs, targets in micro_batches:
+        loss = F.cross_entropy(model(inputs), targets)
+        grads.append(
+            torch.cat([g.flatten() for g in torch.autograd.grad(loss, model.parameters())])
+        )
+    return grads
+
+
+def _tail_mistakes(grads: list[torch.Tensor], sizes: list[int], k: int) -> dict[str, torch.Tensor]:
+    """What one window's step would see under each common mistake, by the mistake's name."""
+    samples = sum(sizes)
+    return {
+        "correct": sum(n / samples * g for n, g in zip(sizes, grads, strict=True)),
+        "by len(window)": sum(grads) / len(grads),
+        "by k": sum(grads) / k,
+        "undivided": sum(grads),
+        "by samples only": sum(grads) / samples,
+        "last micro-batch only": grads[-1] * sizes[-1] / samples,
+        "last micro-batch mean": grads[-1],
+    }
+
+
+TAIL_HINTS = {
+    "by len(window)": N_(
+        "Do the window's micro-batches hold the same number of samples? In window {window} "
+        "they hold {sizes}: `loss / len(window)` gives each micro-batch the same weight, so "
+        "the short one's samples count double. Weight each by `len(targets) / samples`, the "
+        "window's samples."
+    ),
+    "by k": N_(
+        "Does the last window hold k micro-batches? Window {window} holds {count}, so "
+        "dividing each of its losses by k={k} adds up to less than its mean. Weight each "
+        "micro-batch by its share of the window's samples, `len(targets) / samples`."
+    ),
+    "undivided": N_(
+        "Does the window's gradient add up its micro-batches' means, or average them? "
+        "Undivided, window {window} steps on the sum of {count} means: weight each by "
+        "`len(targets) / samples`."
+    ),
+    "by samples only": N_(
+        "Is each micro-batch's loss a sum or a mean? `F.cross_entropy` returns the mean, so "
+        "dividing it by the window's samples leaves out its own sample count: multiply by "
+        "`len(targets)` too."
+    ),
+    "last micro-batch only": N_(
+        "Does a zero_grad() inside the micro-batch loop leave anything to add up? Window "
+        "{window} stepped on its last micro-batch alone: zero once per window, before its "
+        "first backward()."
+    ),
+    "last micro-batch mean": N_(
+        "Does a zero_grad() inside the micro-batch loop leave anything to add up? Window "
+        "{window} stepped on its last micro-batch alone: zero once per window, before its "
+        "first backward()."
+    ),
+}
+
+
+def _diagnose_tail(got: list[torch.Tensor], grads: list[torch.Tensor]) -> str | None:
+    """None when each step used its window's mean over samples, else the likely mistake."""
+    sizes = list(TAIL_SIZES)
+    spans = [range(s, min(s + TAIL_K, len(sizes))) for s in range(0, len(sizes), TAIL_K)]
+    if len(got) != len(spans):
+        return _(
+            "Does the loop step once per window, the short last one included? step() ran "
+            "{n_got} times; {n} micro-batches with k={k} make {expected} windows."
+        ).format(n_got=len(got), n=len(sizes), k=TAIL_K, expected=len(spans))
+    for number, (seen, span) in enumerate(zip(got, spans, strict=True), start=1):
+        window_sizes = [sizes[i] for i in span]
+        expected = _tail_mistakes([grads[i] for i in span], window_sizes, TAIL_K)
+        if torch.allclose(seen, expected["correct"], rtol=1e-4, atol=1e-6):
+            continue
+        if not seen.any():
+            return _(
+                "Did zero_grad() run between backward() and step()? Step {window} saw no gradient."
+            ).format(window=number)
+        if number > 1:
+            previous = got[number - 2]
+            if torch.allclose(seen - previous, expected["correct"], rtol=1e-3, atol=1e-5):
+                return _(
+                    "Is .grad emptied before each window? Window {window} still held window "
+                    "{previous}'s gradient: zero the grads once per window."
+                ).format(window=number, previous=number - 1)
+        for name, value in expected.items():
+            if name != "correct" and torch.allclose(seen, value, rtol=1e-4, atol=1e-6):
+                return translate(TAIL_HINTS[name]).format(
+                    window=number,
+                    sizes=", ".join(map(str, window_sizes)),
+                    count=len(window_sizes),
+                    k=TAIL_K,
+                )
+        return _(
+            "Is window {window}'s gradient the mean over its samples? It is not: weight each "
+            "micro-batch's mean loss by `len(targets) / samples`, where samples is the "
+            "window's total, and backward that."
+        ).format(window=number)
+    return None
+
+
+@checker
+def check_tail_window_loop(train_epoch: Callable) -> CheckResult:
+    """Exercise 03.2, part 1: ``train_epoch(model, optimizer, micro_batches, k)`` with mean
+    losses must step once per window of ``k`` micro-batches (the last one shorter), each step
+    with the gradient of the mean over the window's samples, though the last micro-batch holds
+    fewer samples than the others."""
+    if is_unanswered(train_epoch):
+        return wrong(NOT_ANSWERED)
+    as_function(train_epoch, "train_epoch(model, optimizer, micro_batches, k)")
+    try:
+        unfinished = learner_code.has_placeholder(learner_code.function_source(train_epoch))
+    except ValueError:  # a lambda or a function made by exec: run it as it is
+        unfinished = False
+    if unfinished:
+        return wrong(NOT_ANSWERED)
+    model, micro_batches = _tail_problem()
+    grads = _micro_batch_gradients(model, micro_batches)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights stay: easy to compare
+    with StepGradients(optimizer) as record:
+        call_learner(train_epoch, model, optimizer, micro_batches, TAIL_K)
+    mistake = _diagnose_tail(record.at_steps, grads)
+    if mistake is not None:
+        return wrong(ask_first(mistake))
+    return correct(
+        _(
+            "each window stepped on the mean over its samples: a micro-batch's mean loss "
+            "times its share of the window, len(targets) / samples, adds up to that mean."
+        )
+    )
+
+
+check_token_mean_prediction = choice_checker(
+    {
+        "a": "equal, to float precision",
+        "b": "off by less than 1%",
+        "c": "off by more than 5%",
+    },
+    "c",
+    why=N_(
+        "each micro-batch's mean weighs its own tokens by 1 / its token count, so the tokens "
+        "of a short micro-batch weigh more than those of a long one."
+    ),
+    misconceptions={
+        "a": N_(
+            "Do the four micro-batches hold the same number of tokens? They hold different "
+            "numbers, so a mean of their means weighs each token by 1 / its micro-batch's "
+            "count, not 1 / the window's."
+        ),
+        "b": N_(
+            "How different are the micro-batches' token counts? The printout above shows "
+            "them: a token of the shortest micro-batch weighs far more than one of the "
+            "longest, and the gradient moves with it."
+        ),
+    },
+    reveal="the mean of means is off by more than 5%",
+    doc="Section 3's prediction: how far the mean of per-micro-batch token means is off.",
 )

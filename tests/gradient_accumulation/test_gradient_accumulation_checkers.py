@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from answers import second_try
 from torch import nn
 
 from helpers.accumulation import relative_error
@@ -10,6 +11,7 @@ from helpers.gradient_accumulation.checkers_03 import (
     check_batch_coupling,
     check_exact_norms,
     check_tail_fraction,
+    check_tail_window_loop,
 )
 from helpers.models import make_norm_model
 
@@ -194,3 +196,92 @@ def test_accumulation_loop_that_zeroes_before_step_is_named():
 
     result = check_accumulation_loop(train_epoch)
     assert not result.passed and "zero_grad() run between backward() and step()" in result.message
+
+
+# ------------------------------------------------------------ exercise 03.2, part 1
+def tail_loop(weight, zero="window", windows=None):
+    """A window loop over mean losses, each backward weighted by ``weight(window, targets,
+    samples, k)``; ``zero`` is where it empties .grad ("window", "micro-batch" or "never")."""
+
+    def train_epoch(model, optimizer, micro_batches, k):
+        starts = list(range(0, len(micro_batches), k))[:windows]
+        for start in starts:
+            window = micro_batches[start : start + k]
+            samples = sum(len(t) for _, t in window)
+            if zero == "window":
+                optimizer.zero_grad()
+            for inputs, targets in window:
+                if zero == "micro-batch":
+                    optimizer.zero_grad()
+                loss = nn.functional.cross_entropy(model(inputs), targets)
+                (loss * weight(window, targets, samples, k)).backward()
+            optimizer.step()
+
+    return train_epoch
+
+
+def share(window, targets, samples, k):
+    return len(targets) / samples
+
+
+def summed_over_samples(model, optimizer, micro_batches, k):  # another correct way
+    for index in range(0, len(micro_batches), k):
+        window = micro_batches[index : index + k]
+        total = sum(t.numel() for _, t in window)
+        for x, t in window:
+            (nn.functional.cross_entropy(model(x), t, reduction="sum") / total).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("train_epoch", [tail_loop(share), summed_over_samples])
+def test_tail_window_loop_accepts_correct_answers_however_written(train_epoch):
+    result = check_tail_window_loop(train_epoch)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize(
+    ("train_epoch", "hint"),
+    [
+        (tail_loop(lambda w, t, s, k: 1 / len(w)), "the short one's samples count double"),
+        (tail_loop(lambda w, t, s, k: 1 / k), "Window 3 holds 2, so dividing each"),
+        (tail_loop(lambda w, t, s, k: 1), "steps on the sum of 4 means"),
+        (tail_loop(lambda w, t, s, k: 1 / s), "multiply by `len(targets)` too"),
+        (tail_loop(share, zero="micro-batch"), "stepped on its last micro-batch alone"),
+        (tail_loop(share, zero="never"), "Window 2 still held window 1's gradient"),
+        (tail_loop(share, windows=2), "step() ran 2 times; 10 micro-batches with k=4 make 3"),
+    ],
+)
+def test_tail_window_loop_names_each_typical_mistake(train_epoch, hint):
+    result = second_try(check_tail_window_loop, train_epoch)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_tail_window_loop_first_asks_then_explains():
+    wrong = tail_loop(lambda w, t, s, k: 1 / len(w))
+    first = check_tail_window_loop(wrong)
+    assert "Do the window's micro-batches hold the same number of samples?" in first.message
+    assert "count double" not in first.message
+    assert "count double" in check_tail_window_loop(wrong).message
+
+
+@pytest.mark.parametrize(
+    ("answer", "hint"),
+    [
+        (..., "Not answered yet"),
+        (None, "pass your function itself"),
+        (lambda model, optimizer: None, "give it 4 parameters"),
+    ],
+)
+def test_tail_window_loop_wrong_kinds_give_a_message(answer, hint):
+    result = check_tail_window_loop(answer)
+    assert not result.passed and hint in result.message, result.message
+
+
+def test_an_error_in_the_tail_window_loop_is_explained():
+    def reads_a_grad(model, optimizer, micro_batches, k):
+        for p in model.parameters():
+            p.grad.zero_()
+
+    result = check_tail_window_loop(reads_a_grad)
+    assert not result.passed and "AttributeError" in result.message
