@@ -56,10 +56,9 @@ FRAMING = ("(before the first section)", "Sources", "Key points")
 # notebook's number and the start of its heading. The rest of the main path is reading after
 # the workshop.
 LIVE = (
-    (  # why .grad adds up, and what forgetting zero_grad does (01 section 1, the taxonomy of
-        # leaves, is read after: the workshop opens with the learner's question, section 2)
+    (  # why .grad adds up (01 section 1, the taxonomy of leaves, and section 4, the article's
+        # experiment, are read after: the workshop opens with the learner's question, section 2)
         ("01", "2."),
-        ("01", "4."),
         ("01", "Exercise 01.1"),
         ("01", "Exercise 01.2"),
     ),
@@ -69,8 +68,7 @@ LIVE = (
         ("02", "Exercise 02.1"),
         ("03", "1."),
         ("03", "2."),
-        ("03", "3."),
-        ("03", "Exercise 03.2"),
+        ("03", "Exercise 03.2, part 1"),
     ),
     (  # the classic bugs, and the auditor that finds them
         ("05", "1."),
@@ -342,7 +340,7 @@ def live_sections(nb: Notebook) -> list[reading.Section]:
 
 def section_minutes(section: reading.Section) -> tuple[int, int]:
     """(teaching, exercises) of one section, in whole minutes."""
-    return math.ceil(section.teaching), section.exercises
+    return math.ceil(section.teaching), math.ceil(section.exercises)
 
 
 def schedule(

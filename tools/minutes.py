@@ -6,13 +6,18 @@
 
 The reading model (the README states it too):
 
-- prose at 120 words a minute (technical text with formulas, read to learn);
-- code at 6 non-blank lines a minute (a learner reads a cell before running it);
-- printed output at 30 lines a minute, and a figure as 15 lines (half a minute);
-- each exercise by the minutes its prompt states, "(2 min)" in the markdown cell just before
-  it; where the prompt states none, by its kind: predict 3, trace 5, parsons 5, write 10,
-  repair 10, review 10 minutes, and 30 for the capstone (the write exercise whose heading
-  says "capstone").
+- prose at 120 words a minute (technical text with formulas, read to learn), a term (a code
+  span, a formula or a glossary link) read as 3 words, and the words of a markdown table at
+  half that speed;
+- code at 6 non-blank lines a minute (a learner reads a cell before running it), a dense
+  line of more than 26 tokens (names, numbers, operators; twice the course's median line)
+  counted as tokens / 26 lines;
+- printed output at 30 lines a minute, a printed table's rows at half that speed, and a
+  figure as 15 lines (half a minute);
+- each exercise by the minutes its prompt states for its difficulty, "(2 min)" in the
+  markdown cell just before it (every exercise states them), plus a fifth of them for
+  retries: one answer in two is wrong the first time, and the retry, guided by the hint that
+  names the mistake, takes 0.4 of the stated minutes.
 
 The main path is every cell outside the "Going deeper (optional)" sections, less the setup cell
 and the folded solutions. Its teaching minutes are the reading minutes of its cells other than
@@ -32,18 +37,20 @@ from pathlib import Path
 from course import ROOT, notebook_paths, read, title, write
 
 WORDS_PER_MINUTE = 120
+TABLE_WORDS_PER_MINUTE = 60  # a markdown table is read cell by cell
+TERM_WORDS = 3  # a code span, a formula or a glossary link takes as long as 3 words
 CODE_LINES_PER_MINUTE = 6
+DENSE_LINE_TOKENS = 26  # twice the median line; a denser one reads as tokens / 26 lines
 OUTPUT_LINES_PER_MINUTE = 30
+TABLE_OUTPUT_LINES_PER_MINUTE = 15  # a printed table's rows
 FIGURE_LINES = 15  # a figure takes as long as 15 lines of output: half a minute
-EXERCISE_MINUTES = {
-    "predict": 3,
-    "trace": 5,
-    "parsons": 5,
-    "write": 10,
-    "repair": 10,
-    "review": 10,
-    "capstone": 30,
-}
+WRONG_FIRST_TIME = 0.5  # one checked answer in two is wrong the first time
+RETRY_SHARE = 0.4  # and its retry, guided by the hint, takes 0.4 of its stated minutes
+RETRY_ALLOWANCE = WRONG_FIRST_TIME * RETRY_SHARE  # so each exercise costs 1.2 its minutes
+TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?(?:e-?\d+)?|\S")
+TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+TERM = re.compile(r"`[^`\n]+`|\$[^$\n]+\$|\[[^\]]+\]\([^)]*glossary[^)]*\)")
+PRINTED_TABLE_ROW = re.compile(r"\|.*\||\S(?: {2,}|\t)\S+(?: {2,}|\t)\S")  # 3 columns or more
 STATED_MINUTES = re.compile(r"\((\d+) min\)")
 NOTEBOOK_LIMIT = 60
 COURSE_LIMIT = 7 * 60
@@ -88,16 +95,41 @@ def prose_words(markdown: str) -> int:
     return len(re.findall(r"[\w$`\\]+", text))
 
 
-def code_lines(source: str) -> int:
-    return sum(1 for line in source.splitlines() if line.strip())
+def markdown_minutes(markdown: str) -> float:
+    """Prose at WORDS_PER_MINUTE, each term (:data:`TERM`) as TERM_WORDS words, and a table's
+    rows at TABLE_WORDS_PER_MINUTE."""
+    lines = markdown.splitlines()
+    table = "\n".join(line for line in lines if TABLE_ROW.match(line))
+    prose = "\n".join(line for line in lines if not TABLE_ROW.match(line))
+    terms = len(TERM.findall(markdown)) * (TERM_WORDS - 1)  # each is already one word or more
+    return (prose_words(prose) + terms) / WORDS_PER_MINUTE + (
+        prose_words(table) / TABLE_WORDS_PER_MINUTE
+    )
+
+
+def code_lines(source: str) -> float:
+    """Non-blank lines, a dense one (more than DENSE_LINE_TOKENS tokens) as tokens / that."""
+    return sum(
+        max(1.0, len(TOKEN.findall(line)) / DENSE_LINE_TOKENS)
+        for line in source.splitlines()
+        if line.strip()
+    )
+
+
+def text_lines(text: str) -> float:
+    """Printed lines, a table's row counted as two (it is read at half the speed)."""
+    ratio = OUTPUT_LINES_PER_MINUTE / TABLE_OUTPUT_LINES_PER_MINUTE
+    return sum(
+        ratio if PRINTED_TABLE_ROW.search(line) else 1.0 for line in text.rstrip("\n").splitlines()
+    )
 
 
 def output_lines(outputs) -> float:
-    """Lines of printed output, a figure counted as FIGURE_LINES."""
-    lines = 0
+    """Lines of printed output, a table's row as two lines, a figure as FIGURE_LINES."""
+    lines = 0.0
     for output in outputs:
         if output.get("output_type") == "stream":
-            lines += len(output.get("text", "").rstrip("\n").splitlines())
+            lines += text_lines(output.get("text", ""))
         elif output.get("output_type") == "error":
             lines += 1 + len(str(output.get("evalue", "")).splitlines())  # the last line
         else:
@@ -105,7 +137,7 @@ def output_lines(outputs) -> float:
             if "image/png" in data or "image/svg+xml" in data:
                 lines += FIGURE_LINES
             elif "text/plain" in data:
-                lines += len("".join(data["text/plain"]).splitlines())
+                lines += text_lines("".join(data["text/plain"]))
     return lines
 
 
@@ -130,19 +162,26 @@ def exercise_kind(nb, index: int, path: Path) -> str:
 
 
 def exercise_minutes(nb, index: int, path: Path) -> int:
-    """The minutes the exercise's prompt states, "(2 min)" in the markdown cell just before
-    it, else its kind's (:data:`EXERCISE_MINUTES`)."""
+    """The minutes the exercise's prompt states for its difficulty, "(2 min)" in the markdown
+    cell just before it. Raises MinutesError for a prompt that states none, or two."""
     prompt = nb.cells[index - 1] if index else None
-    if prompt is not None and prompt.cell_type == "markdown":
-        stated = STATED_MINUTES.findall(prompt.source)
-        if len(stated) > 1:
-            raise MinutesError(
-                f"{path.name}, cell {index - 1}: an exercise's prompt states its minutes once, "
-                f"it has {len(stated)} '(N min)'"
-            )
-        if stated:
-            return int(stated[0])
-    return EXERCISE_MINUTES[exercise_kind(nb, index, path)]
+    stated = (
+        STATED_MINUTES.findall(prompt.source)
+        if prompt is not None and prompt.cell_type == "markdown"
+        else []
+    )
+    if len(stated) != 1:
+        raise MinutesError(
+            f"{path.name}, cell {index - 1}: an exercise's prompt (the markdown cell just "
+            f"before it) states its minutes once, by its difficulty, such as '(3 min)'; it "
+            f"has {len(stated)}"
+        )
+    return int(stated[0])
+
+
+def exercise_cost(nb, index: int, path: Path) -> float:
+    """An exercise's stated minutes with the retry allowance (RETRY_ALLOWANCE)."""
+    return exercise_minutes(nb, index, path) * (1 + RETRY_ALLOWANCE)
 
 
 @dataclass
@@ -150,7 +189,7 @@ class Section:
     heading: str
     first_cell: int
     teaching: float = 0.0  # reading minutes
-    exercises: int = 0
+    exercises: float = 0.0  # stated minutes with the retry allowance
     going_deeper: bool = False
 
     @property
@@ -174,7 +213,7 @@ class NotebookMinutes:
 
     @property
     def exercises(self) -> int:
-        return sum(s.exercises for s in self.main_path)
+        return math.ceil(sum(s.exercises for s in self.main_path))
 
     @property
     def going_deeper(self) -> int:
@@ -226,14 +265,14 @@ def measure(path: Path, nb=None, limit: int = NOTEBOOK_LIMIT) -> NotebookMinutes
             continue
         if "exercise" in tags:
             exercise_kind(nb, index, path)  # a clear error for a cell without one kind
-            minutes = exercise_minutes(nb, index, path)
+            minutes = exercise_cost(nb, index, path)
             if index in deeper:
                 section.teaching += minutes
             else:
                 section.exercises += minutes
         elif cell.cell_type == "markdown":
             # the minutes line is not counted: writing it must not change what it states
-            minutes = prose_words(MINUTES_LINE.sub("", cell.source)) / WORDS_PER_MINUTE
+            minutes = markdown_minutes(MINUTES_LINE.sub("", cell.source))
             section.teaching += minutes
         else:
             minutes = code_lines(cell.source) / CODE_LINES_PER_MINUTE
