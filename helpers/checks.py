@@ -398,14 +398,49 @@ MEANINGS = {
 }
 
 
-def call_learner(function: Callable, *args, **kwargs):
+# What a None usually is in one kind of exercise, for call_learner's ``meanings``.
+NONE_GRAD_IN_A_WINDOW = {
+    "NoneType": N_(
+        "In this loop a `.grad` is None until the window's first backward() and after each "
+        "zero_grad(): weight the loss before its backward() instead of changing `.grad`, "
+        "and let optimizer.zero_grad() empty it."
+    ),
+}
+SCALED_BACKWARD = N_(
+    "In an AMP window a None is most often `scaler.scale(loss.backward())`: backward() "
+    "returns None. Write `scaler.scale(loss).backward()`."
+)
+NONE_IN_AN_AMP_WINDOW = {
+    "outputs must be a Tensor or an iterable of Tensors": SCALED_BACKWARD,  # scale(None)
+    "NoneType": SCALED_BACKWARD,
+}
+NONE_FROM_ALL_REDUCE = {
+    "NoneType": N_(
+        "In this loop a None is most often `count = all_reduce(count)`: all_reduce returns "
+        "None, it sums the tensor you pass in place over the ranks. Call it on its own line "
+        "and keep using that tensor."
+    ),
+}
+NONE_IN_THE_CAPSTONE = {
+    "outputs must be a Tensor or an iterable of Tensors": SCALED_BACKWARD,
+    "NoneType": N_(
+        "In this loop a None is most often `tokens = dist.all_reduce(tokens)` (all_reduce "
+        "returns None: it sums in place) or `scaler.scale(loss.backward())` (backward() "
+        "returns None: write `scaler.scale(loss).backward()`)."
+    ),
+}
+
+
+def call_learner(function: Callable, *args, meanings: dict[str, str] | None = None, **kwargs):
     """Call the learner's ``function``; an exception from it becomes
-    :class:`LearnerCodeError` with what it usually means."""
+    :class:`LearnerCodeError` with what it usually means: in this exercise, by ``meanings``
+    (a fragment of the message -> its meaning, looked at first), else in any (``MEANINGS``)."""
     try:
         return function(*args, **kwargs)
     except (Exception, SystemExit) as error:  # the learner's code: report, never a traceback
         text = str(error)
-        meaning = next((translate(m) for fragment, m in MEANINGS.items() if fragment in text), "")
+        known = [*(meanings or {}).items(), *MEANINGS.items()]
+        meaning = next((translate(m) for fragment, m in known if fragment in text), "")
         if isinstance(error, SystemExit):
             meaning = _("exit() ends the whole program: return from your function instead.")
         raise LearnerCodeError(error, meaning) from None

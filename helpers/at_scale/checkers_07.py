@@ -15,6 +15,7 @@ from helpers.at_scale.amp_and_clipping import train_accumulating
 from helpers.at_scale.amp_parsons import check_amp_order as check_amp_order
 from helpers.audit import LoopAuditor
 from helpers.checks import (
+    NONE_IN_AN_AMP_WINDOW,
     NOT_ANSWERED,
     CheckResult,
     LearnerCodeError,
@@ -414,7 +415,9 @@ def check_amp_window(amp_window: object) -> CheckResult:
         ):
             for window in windows:
                 backwards.append(0)
-                call_learner(amp_window, model, optimizer, scaler, window)
+                call_learner(
+                    amp_window, model, optimizer, scaler, window, meanings=NONE_IN_AN_AMP_WINDOW
+                )
     except LearnerCodeError as error:
         return wrong(scaler_error_hint(str(error), spy.calls))
     got, expected = flat_weights(model), reference

@@ -278,7 +278,7 @@ def _train(source: str, name: str, rank: int, world: int) -> tuple[torch.Tensor 
 
     from helpers.at_scale.ddp_accumulation import AllReduceCounter, counting_allreduce
     from helpers.audit import LoopAuditor
-    from helpers.checks import LearnerCodeError, call_learner
+    from helpers.checks import NONE_IN_THE_CAPSTONE, LearnerCodeError, call_learner
 
     model = make_model()
     ddp = DDP(model)
@@ -295,7 +295,16 @@ def _train(source: str, name: str, rank: int, world: int) -> tuple[torch.Tensor 
         with ClipSpy() as clips:
             train = call_learner(_learner_function, source, name)
             with LoopAuditor(ddp, optimizer, accumulation_steps=K, scaler=scaler) as audit:
-                call_learner(train, ddp, optimizer, scheduler, scaler, data, K)
+                call_learner(
+                    train,
+                    ddp,
+                    optimizer,
+                    scheduler,
+                    scaler,
+                    data,
+                    K,
+                    meanings=NONE_IN_THE_CAPSTONE,
+                )
     except LearnerCodeError as error:
         return None, {"error": str(error), "kind": type(error.error).__name__, "calls": spy.calls}
     return flat_weights(model), {

@@ -146,7 +146,7 @@ def run_stage(function: Callable, stage: int) -> dict:
     ``findings`` (code, message), the scaler's ``calls`` and the clips' ``max_norms``. An
     exception from ``function`` is raised as :class:`helpers.checks.LearnerCodeError`."""
     from helpers.audit import LoopAuditor
-    from helpers.checks import call_learner
+    from helpers.checks import NONE_GRAD_IN_A_WINDOW, NONE_IN_AN_AMP_WINDOW, call_learner
 
     check_stage(stage)
     data = stage_data(stage)
@@ -160,7 +160,16 @@ def run_stage(function: Callable, stage: int) -> dict:
     try:
         with ClipSpy() as clips:
             with LoopAuditor(model, optimizer, accumulation_steps=K, **options) as audit:
-                call_learner(function, model, optimizer, scheduler, scaler, data, K)
+                call_learner(
+                    function,
+                    model,
+                    optimizer,
+                    scheduler,
+                    scaler,
+                    data,
+                    K,
+                    meanings=NONE_IN_AN_AMP_WINDOW if stage == 3 else NONE_GRAD_IN_A_WINDOW,
+                )
     finally:
         if handle is not None:
             handle.remove()

@@ -14,6 +14,7 @@ from torch.nn import functional as F
 from helpers import learner_code
 from helpers.accumulation import full_batch_gradients, windows
 from helpers.checks import (
+    NONE_GRAD_IN_A_WINDOW,
     NOT_ANSWERED,
     CheckResult,
     as_function,
@@ -138,7 +139,15 @@ def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights stay: easy to compare
         loss_fn = nn.CrossEntropyLoss(reduction="sum")
         with StepGradients(optimizer) as record:
-            call_learner(train_epoch, model, optimizer, loss_fn, micro_batches, K)
+            call_learner(
+                train_epoch,
+                model,
+                optimizer,
+                loss_fn,
+                micro_batches,
+                K,
+                meanings=NONE_GRAD_IN_A_WINDOW,
+            )
         mistake = _diagnose(record.at_steps, references, case)
         if mistake is not None:
             return wrong(
@@ -791,7 +800,9 @@ def check_tail_window_loop(train_epoch: Callable) -> CheckResult:
     grads = _micro_batch_gradients(model, micro_batches)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # weights stay: easy to compare
     with StepGradients(optimizer) as record:
-        call_learner(train_epoch, model, optimizer, micro_batches, TAIL_K)
+        call_learner(
+            train_epoch, model, optimizer, micro_batches, TAIL_K, meanings=NONE_GRAD_IN_A_WINDOW
+        )
     mistake = _diagnose_tail(record.at_steps, grads)
     if mistake is not None:
         return wrong(ask_first(mistake))

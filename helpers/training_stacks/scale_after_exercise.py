@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from helpers.checks import (
+    NONE_FROM_ALL_REDUCE,
     NOT_ANSWERED,
     CheckResult,
     LearnerCodeError,
@@ -358,7 +359,15 @@ def _run_window(function, world: int) -> tuple[torch.Tensor, dict]:
         clips: list[dict] = []
         try:
             with watch_clipping(clips) as watched:
-                call_learner(function, model, optimizer, loader, world, all_reduce)
+                call_learner(
+                    function,
+                    model,
+                    optimizer,
+                    loader,
+                    world,
+                    all_reduce,
+                    meanings=NONE_FROM_ALL_REDUCE,
+                )
         except LearnerCodeError as error:
             if isinstance(error.error, CheckStop):
                 raise CheckStop(error.error.hint) from None
