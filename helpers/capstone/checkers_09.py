@@ -362,15 +362,9 @@ STAGE_VARIANT_HINTS = {
 def _check_stage(train_ddp: object, stage: int) -> CheckResult:
     """Stages 1 to 3 of the capstone, in this process: the verdict on ``train_ddp`` against
     :func:`helpers.capstone.stages.reference`."""
-    if is_unanswered(train_ddp):
-        return wrong(NOT_ANSWERED)
-    function = as_function(train_ddp, CAPSTONE_CALL)
-    try:
-        source = learner_code.function_source(function)
-    except ValueError as error:
-        return wrong(str(error))
-    if learner_code.has_placeholder(source):
-        return wrong(_("your function still has `...` in it: replace each one with code."))
+    function = _capstone_function(train_ddp)
+    if isinstance(function, CheckResult):
+        return function
     got = stages.run_stage(function, stage)
     want = stages.reference(stage)
     windows = want["windows"]

@@ -66,6 +66,28 @@ def stage_tools(stage: int, model: nn.Module):
     return optimizer, scheduler, scaler
 
 
+def _stage_run(stage: int):
+    """What a stage's run starts from, the reference's and the learner's alike: the data, a
+    fresh model and its tools, the overflow hook of stage 3 (else None), and the list the
+    learning rate of each step taken goes into."""
+    data = stage_data(stage)
+    model = make_model()
+    optimizer, scheduler, scaler = stage_tools(stage, model)
+    handle = add_overflow(model, data[OVERFLOW[1]][0]) if stage == 3 else None
+    lrs: list[float] = []
+    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
+    return data, model, optimizer, scheduler, scaler, handle, lrs
+
+
+def _stage_outcome(data, model: nn.Module, scaler, lrs: list[float]) -> dict:
+    return {
+        "weights": flat_weights(model),
+        "lrs": lrs,
+        "scale": scaler.get_scale(),
+        "windows": len(window_slices(len(data))),
+    }
+
+
 # The mistakes a stage's reference can make, as in capstone_run.VARIANTS.
 STAGE_VARIANTS = {
     1: ("correct", "no clip"),
@@ -98,12 +120,7 @@ def reference(stage: int, variant: str = "correct") -> dict:
                 variants=", ".join(STAGE_VARIANTS[stage]), variant=variant
             )
         )
-    data = stage_data(stage)
-    model = make_model()
-    optimizer, scheduler, scaler = stage_tools(stage, model)
-    handle = add_overflow(model, data[OVERFLOW[1]][0]) if stage == 3 else None
-    lrs: list[float] = []
-    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
+    data, model, optimizer, scheduler, scaler, handle, lrs = _stage_run(stage)
     slices = window_slices(len(data))
     if variant == "no last window" and len(slices[-1]) < K:
         slices = slices[:-1]
@@ -132,12 +149,7 @@ def reference(stage: int, variant: str = "correct") -> dict:
         scheduler.step()
     if handle is not None:
         handle.remove()
-    return {
-        "weights": flat_weights(model),
-        "lrs": lrs,
-        "scale": scaler.get_scale(),
-        "windows": len(window_slices(len(data))),
-    }
+    return _stage_outcome(data, model, scaler, lrs)
 
 
 def run_stage(function: Callable, stage: int) -> dict:
@@ -149,13 +161,8 @@ def run_stage(function: Callable, stage: int) -> dict:
     from helpers.checks import NONE_GRAD_IN_A_WINDOW, NONE_IN_AN_AMP_WINDOW, call_learner
 
     check_stage(stage)
-    data = stage_data(stage)
-    model = make_model()
-    optimizer, scheduler, scaler = stage_tools(stage, model)
+    data, model, optimizer, scheduler, scaler, handle, lrs = _stage_run(stage)
     spy = ScalerSpy(scaler, optimizer) if stage == 3 else None
-    handle = add_overflow(model, data[OVERFLOW[1]][0]) if stage == 3 else None
-    lrs: list[float] = []
-    optimizer.register_step_pre_hook(lambda o, *_: lrs.append(o.param_groups[0]["lr"]))
     options = {"scaler": scaler} if stage == 3 else {}
     try:
         with ClipSpy() as clips:
@@ -174,10 +181,7 @@ def run_stage(function: Callable, stage: int) -> dict:
         if handle is not None:
             handle.remove()
     return {
-        "weights": flat_weights(model),
-        "lrs": lrs,
-        "scale": scaler.get_scale(),
-        "windows": len(window_slices(len(data))),
+        **_stage_outcome(data, model, scaler, lrs),
         "findings": [(f.code, f.message) for f in audit.findings],
         "calls": spy.calls if spy is not None else None,
         "max_norms": clips.norms,
