@@ -220,12 +220,12 @@ def _repaired_b_with(divide_by: str) -> Callable:
     """The correct loop B with one mistake in its division: ``"nothing"`` (losses not
     divided) or ``"k"`` (the short last window divided by k too)."""
 
-    def loop(model, optimizer, batches, scheduler, k=K):
-        for window in windows(batches, k):
+    def loop(model, optimizer, micro_batches, scheduler, accumulation_steps=K):
+        for window in windows(micro_batches, accumulation_steps):
             optimizer.zero_grad()
             for inputs, targets in window:
                 loss = F.mse_loss(model(inputs), targets)
-                (loss if divide_by == "nothing" else loss / k).backward()
+                (loss if divide_by == "nothing" else loss / accumulation_steps).backward()
             nn.utils.clip_grad_norm_(model.parameters(), max_norm=MAX_NORM["B"])
             optimizer.step()
             scheduler.step()
@@ -737,8 +737,9 @@ def _check_repair(name: str, answer) -> CheckResult:
 
 
 def _extra_lands_in_a_number(name: str, loop: Callable) -> str | None:
-    """A def line that left out the scheduler or scaler, ``loop_b(model, optimizer, batches,
-    k=4)``: the check passes it fourth, so it lands in ``k`` and the loop fails far from
+    """A def line that left out the scheduler or scaler, ``loop_b(model, optimizer,
+    micro_batches, accumulation_steps=4)``: the check passes it fourth, so it lands in
+    ``accumulation_steps`` and the loop fails far from
     the cause (``%`` between an int and a StepLR). Named here instead; None otherwise."""
     extra = CALLS[name].rstrip(")").split(", ")[3:]
     try:

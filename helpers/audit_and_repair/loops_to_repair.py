@@ -25,27 +25,27 @@ def loop_a(model, optimizer, batches):
     return running_loss / len(batches)
 
 
-def loop_b(model, optimizer, batches, scheduler, k=4):
+def loop_b(model, optimizer, micro_batches, scheduler, accumulation_steps=4):
     optimizer.zero_grad()
-    for i, (inputs, targets) in enumerate(batches):
-        loss = F.mse_loss(model(inputs), targets) / k
+    for i, (inputs, targets) in enumerate(micro_batches):
+        loss = F.mse_loss(model(inputs), targets) / accumulation_steps
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
-        if (i + 1) % k == 0:
+        if (i + 1) % accumulation_steps == 0:
             optimizer.step()
             optimizer.zero_grad()
         scheduler.step()
 
 
-def loop_c(model, optimizer, batches, k=4):
+def loop_c(model, optimizer, micro_batches, accumulation_steps=4):
     optimizer.zero_grad()
-    for i, (inputs, targets) in enumerate(batches):
-        loss = F.mse_loss(model(inputs), targets) / k
+    for i, (inputs, targets) in enumerate(micro_batches):
+        loss = F.mse_loss(model(inputs), targets) / accumulation_steps
         loss.backward()
-        if (i + 1) % k == 0:
+        if (i + 1) % accumulation_steps == 0:
             optimizer.step()
             optimizer.zero_grad()
-    if len(batches) % k != 0:  # the last, short window
+    if len(micro_batches) % accumulation_steps != 0:  # the last, short window
         optimizer.step()
         optimizer.zero_grad()
 
@@ -85,8 +85,8 @@ def repaired_a(model, optimizer, batches):
     return running_loss / len(batches)
 
 
-def repaired_b(model, optimizer, batches, scheduler, k=4):
-    for window in windows(batches, k):
+def repaired_b(model, optimizer, micro_batches, scheduler, accumulation_steps=4):
+    for window in windows(micro_batches, accumulation_steps):
         optimizer.zero_grad()
         for inputs, targets in window:
             loss = F.mse_loss(model(inputs), targets) / len(window)
@@ -96,8 +96,8 @@ def repaired_b(model, optimizer, batches, scheduler, k=4):
         scheduler.step()
 
 
-def repaired_c(model, optimizer, batches, k=4):
-    for window in windows(batches, k):
+def repaired_c(model, optimizer, micro_batches, accumulation_steps=4):
+    for window in windows(micro_batches, accumulation_steps):
         optimizer.zero_grad()
         for inputs, targets in window:
             loss = F.mse_loss(model(inputs), targets) / len(window)
@@ -131,8 +131,8 @@ LOOPS = {"A": loop_a, "B": loop_b, "C": loop_c, "D": loop_d, "E": loop_e}
 REPAIRED = {"A": repaired_a, "B": repaired_b, "C": repaired_c, "D": repaired_d, "E": repaired_e}
 CALLS = {
     "A": "loop_a(model, optimizer, batches)",
-    "B": "loop_b(model, optimizer, batches, scheduler)",
-    "C": "loop_c(model, optimizer, batches)",
+    "B": "loop_b(model, optimizer, micro_batches, scheduler)",
+    "C": "loop_c(model, optimizer, micro_batches)",
     "D": "loop_d(model, optimizer, batches)",
     "E": "loop_e(model, optimizer, batches, scaler)",
 }

@@ -513,11 +513,11 @@ def _window_problem():
     return model, micro_batches
 
 
-def train_windows(model, optimizer, scheduler, micro_batches, k):
+def train_windows(model, optimizer, scheduler, micro_batches, accumulation_steps):
     """The window loop of notebook 03, section 2, with a scheduler: the reference of the
     Parsons problem."""
-    for start in range(0, len(micro_batches), k):
-        window = micro_batches[start : start + k]  # the last window may hold fewer than k
+    for start in range(0, len(micro_batches), accumulation_steps):
+        window = micro_batches[start : start + accumulation_steps]  # the last may be shorter
         optimizer.zero_grad()
         for inputs, targets in window:
             loss = F.cross_entropy(model(inputs), targets)
@@ -538,11 +538,11 @@ def _trained(function) -> tuple[torch.Tensor, int]:
 
 
 check_window_order = parsons_checker(
-    "def train(model, optimizer, scheduler, micro_batches, k):",
+    "def train(model, optimizer, scheduler, micro_batches, accumulation_steps):",
     {
-        "a": "    window = micro_batches[start : start + k]",
-        "b": "        (loss / k).backward()",
-        "c": "for start in range(0, len(micro_batches), k):",
+        "a": "    window = micro_batches[start : start + accumulation_steps]",
+        "b": "        (loss / accumulation_steps).backward()",
+        "c": "for start in range(0, len(micro_batches), accumulation_steps):",
         "d": "        optimizer.zero_grad()",
         "e": "    optimizer.step()",
         "f": "        loss = F.cross_entropy(model(inputs), targets)",
@@ -554,8 +554,8 @@ check_window_order = parsons_checker(
     },
     distractors={
         "b": N_(
-            "does `loss / k` fit the short last window? It holds fewer than k "
-            "micro-batches: divide by `len(window)`."
+            "does `loss / accumulation_steps` fit the short last window? It holds fewer "
+            "micro-batches than that: divide by `len(window)`."
         ),
         "d": N_(
             "does a zero_grad() inside the micro-batch loop leave anything to add up? It "
@@ -591,7 +591,8 @@ check_window_order = parsons_checker(
         "tail gets its whole gradient."
     ),
     doc="""Section 2's Parsons problem: the window loop with a scheduler, from shuffled lines
-    with three distractors (``loss / k``, a zero_grad and a scheduler step per micro-batch).""",
+    with three distractors (``loss / accumulation_steps``, a zero_grad and a scheduler step per
+    micro-batch).""",
     names={"F": F},
     before={
         ("e", "g"): N_(

@@ -223,12 +223,12 @@ def amp_window(model, optimizer, batches, scaler, unscale_first, k=4):
 # the auditor reports.
 
 
-def accumulate_clipping(model, optimizer, batches, k=4):
+def accumulate_clipping(model, optimizer, micro_batches, accumulation_steps=4):
     optimizer.zero_grad()
-    for i, (inputs, targets) in enumerate(batches):
+    for i, (inputs, targets) in enumerate(micro_batches):
         F.mse_loss(model(inputs), targets).backward()
         nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-        if (i + 1) % k == 0:
+        if (i + 1) % accumulation_steps == 0:
             optimizer.step()
             optimizer.zero_grad()
 

@@ -923,7 +923,7 @@ def test_a_def_line_without_the_scheduler_is_named_not_a_typeerror_from_steplr()
     assert result.message.endswith(
         "your def line takes (model, optimizer, batches, k=4), without the scheduler: the "
         "check passes the scheduler fourth, so it lands in k. Keep the def line as given, "
-        "loop_b(model, optimizer, batches, scheduler, k=4)."
+        "loop_b(model, optimizer, micro_batches, scheduler, accumulation_steps=4)."
     )
     assert "TypeError" not in result.message
 
