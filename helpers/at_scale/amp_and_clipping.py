@@ -1,7 +1,8 @@
 """Accumulation with the tools of larger training runs: mixed precision with a GradScaler,
 gradient clipping and a learning-rate scheduler, each used once per optimizer step.
 
-``train_accumulating`` is the correct loop; ``mistake=`` puts one classic error into it, so
+``train_accumulating`` is the correct loop, and ``train_window`` its window; ``mistake=`` runs
+``train_window_with_mistake`` instead, the same window with one classic error written in, so
 that notebooks can measure what the error costs and show what the loop auditor reports.
 """
 
@@ -65,7 +66,7 @@ def train_accumulating(
     ``update`` once per window. ``max_norm`` clips once per window, and ``scheduler`` steps
     once per optimizer step. ``mistake`` (one of :data:`MISTAKES`) breaks exactly one of
     these rules."""
-    params = trainable_parameters(model)
+    trainable_parameters(model)  # a clear error for a model with nothing to train
     batches = check_batches(
         batches, argument="batches", item=_("batch"), empty=_("batches is empty: give at least one")
     )
@@ -95,21 +96,14 @@ def train_accumulating(
             )
         )
     log = WindowLog()
-    clip = None if max_norm is None else lambda: nn.utils.clip_grad_norm_(params, max_norm)
-    after_backward = {
-        "clip per micro-batch": clip,
-        "scheduler per micro-batch": scheduler and scheduler.step,
-        "update per micro-batch": scaler and scaler.update,
-    }.get(mistake)
-    clip_mistake = mistake in ("clip per micro-batch", "clip before unscale")
+    tools = dict(amp_dtype=amp_dtype, scaler=scaler, max_norm=max_norm, scheduler=scheduler)
     for window in windows(batches, accumulation_steps):
-        loss, lr, grad_norm = train_window(
-            model, optimizer, window, loss_fn, amp_dtype=amp_dtype, scaler=scaler,
-            max_norm=None if clip_mistake else max_norm,
-            scheduler=None if mistake == "scheduler per micro-batch" else scheduler,
-            after_backward=after_backward,
-            before_unscale=clip if mistake == "clip before unscale" else None,
-        )  # fmt: skip
+        if mistake is None:
+            loss, lr, grad_norm = train_window(model, optimizer, window, loss_fn, **tools)
+        else:
+            loss, lr, grad_norm = train_window_with_mistake(
+                model, optimizer, window, loss_fn, mistake, **tools
+            )
         log.losses.append(loss)
         log.lrs.append(lr)
         log.grad_norms.append(grad_norm)
@@ -126,8 +120,6 @@ def train_window(
     scaler: torch.amp.GradScaler | None = None,
     max_norm: float | None = None,
     scheduler=None,
-    after_backward: Callable[[], object] | None = None,
-    before_unscale: Callable[[], object] | None = None,
 ) -> tuple[float, float, float]:
     """One optimizer step on ``window``, the core of :func:`train_accumulating`. Returns the
     window's loss, the learning rate of its step and its gradient's norm."""
@@ -142,10 +134,6 @@ def train_window(
         loss = loss * (len(targets) / samples)  # its share, not 1/k: right for a short window too
         (scaler.scale(loss) if scaler else loss).backward()  # .grad stays scaled until unscale_
         total += loss.item()
-        if after_backward is not None:
-            after_backward()  # a mistake: clip, update or scheduler step per micro-batch
-    if before_unscale is not None:
-        before_unscale()  # a mistake: clipping the still scaled gradient
     if scaler is not None:
         scaler.unscale_(optimizer)  # once, after the last backward and before clipping
     if max_norm is not None:
@@ -158,4 +146,52 @@ def train_window(
         optimizer.step()
     if scheduler is not None:
         scheduler.step()  # once per optimizer step
+    return total, lr, grad_norm
+
+
+def train_window_with_mistake(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    window: Sequence[Batch],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    mistake: str,
+    *,
+    amp_dtype: torch.dtype | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    max_norm: float | None = None,
+    scheduler=None,
+) -> tuple[float, float, float]:
+    """:func:`train_window` with one of :data:`MISTAKES` written in: the lines marked
+    "the mistake" replace the right ones, the rest is the same."""
+    params = trainable_parameters(model)
+    device = params[0].device
+    samples = sum(len(targets) for _, targets in window)
+    optimizer.zero_grad()
+    total = 0.0
+    for inputs, targets in window:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = loss_fn(model(inputs.to(device)), targets.to(device))
+        loss = loss * (len(targets) / samples)
+        (scaler.scale(loss) if scaler else loss).backward()
+        total += loss.item()
+        if mistake == "clip per micro-batch":
+            nn.utils.clip_grad_norm_(params, max_norm)  # the mistake: a partial sum clipped
+        elif mistake == "scheduler per micro-batch":
+            scheduler.step()  # the mistake: the schedule counts micro-batches
+        elif mistake == "update per micro-batch":
+            scaler.update()  # the mistake: the scale changes inside the window
+    if mistake == "clip before unscale":
+        nn.utils.clip_grad_norm_(params, max_norm)  # the mistake: the still scaled gradient
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if max_norm is not None and mistake not in ("clip per micro-batch", "clip before unscale"):
+        nn.utils.clip_grad_norm_(params, max_norm)
+    lr, grad_norm = optimizer.param_groups[0]["lr"], _grad_norm(params)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    if scheduler is not None and mistake != "scheduler per micro-batch":
+        scheduler.step()
     return total, lr, grad_norm

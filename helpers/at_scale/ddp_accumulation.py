@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.audit import LoopAuditor
@@ -83,21 +84,39 @@ def micro_batches(inputs, labels, rank: int, world: int, k: int, micro_batch: in
     return out
 
 
-def accumulate_window(ddp: DDP, batches, mode: str) -> None:
-    """One window of backward passes: ``mode`` is "no_sync", "sync every micro-batch" or
-    "forward outside no_sync" (the documented trap)."""
-    k = len(batches)
-    loss_fn = nn.CrossEntropyLoss()
-    for j, (x, y) in enumerate(batches):
-        last = j == k - 1  # its backward all-reduces: it averages the sums over the processes
-        if mode == "forward outside no_sync":
-            out = ddp(x)  # the trap: the forward runs before no_sync() begins
-            with contextlib.nullcontext() if last else ddp.no_sync():
-                (loss_fn(out, y) / k).backward()
-            continue
-        skip_sync = mode == "no_sync" and not last
-        with ddp.no_sync() if skip_sync else contextlib.nullcontext():  # nullcontext: sync on
-            (loss_fn(ddp(x), y) / k).backward()  # the forward inside the block too
+def accumulate_window(ddp: DDP, micro_batches) -> None:
+    """One window of backward passes, all-reduced once: ``no_sync()`` on all but the last."""
+    accumulation_steps = len(micro_batches)
+    for j, (inputs, labels) in enumerate(micro_batches):
+        last = j == accumulation_steps - 1  # its backward all-reduces the sums
+        with contextlib.nullcontext() if last else ddp.no_sync():  # nullcontext: sync on
+            loss = F.cross_entropy(ddp(inputs), labels)  # the forward inside the block too
+            (loss / accumulation_steps).backward()
+
+
+def forward_outside_no_sync(ddp: DDP, micro_batches) -> None:
+    """:func:`accumulate_window` with the documented trap: each forward runs before
+    ``no_sync()`` begins, so every backward all-reduces."""
+    accumulation_steps = len(micro_batches)
+    for j, (inputs, labels) in enumerate(micro_batches):
+        last = j == accumulation_steps - 1
+        outputs = ddp(inputs)  # the trap: outside the block
+        with contextlib.nullcontext() if last else ddp.no_sync():
+            loss = F.cross_entropy(outputs, labels)
+            (loss / accumulation_steps).backward()
+
+
+def sync_every_micro_batch(ddp: DDP, micro_batches) -> None:
+    """The window without ``no_sync()``: every backward all-reduces."""
+    for inputs, labels in micro_batches:
+        (F.cross_entropy(ddp(inputs), labels) / len(micro_batches)).backward()
+
+
+WINDOWS = {  # the three ways of running a window that the run measures, by name
+    "no_sync": accumulate_window,
+    "sync every micro-batch": sync_every_micro_batch,
+    "forward outside no_sync": forward_outside_no_sync,
+}
 
 
 def audited_windows(ddp: DDP, batches, zero_grad_after_step: bool) -> list[str]:
@@ -107,7 +126,7 @@ def audited_windows(ddp: DDP, batches, zero_grad_after_step: bool) -> list[str]:
     optimizer.zero_grad()  # what the earlier runs left in .grad
     with LoopAuditor(ddp, optimizer, accumulation_steps=len(batches)) as audit:
         for _ in range(2):
-            accumulate_window(ddp, batches, "no_sync")  # the window shown above
+            accumulate_window(ddp, batches)  # the window shown above
             optimizer.step()
             if zero_grad_after_step:  # the correct loop; without it, the mistake
                 optimizer.zero_grad()
@@ -119,7 +138,7 @@ def step_like_one_process(ddp: DDP, reference: nn.Module, mine, inputs, labels):
     (one process, the same starting weights) on the whole global batch; then the same SGD
     step on both. Returns the largest gradient difference, and the weights after the step."""
     ddp.zero_grad()
-    accumulate_window(ddp, mine, "no_sync")  # this rank's 4 micro-batches, averaged over ranks
+    accumulate_window(ddp, mine)  # this rank's 4 micro-batches, averaged over ranks
     reference.zero_grad()
     nn.CrossEntropyLoss()(reference(inputs), labels).backward()  # all 256 samples at once
     grad_diff = (flat_grads(ddp.module) - flat_grads(reference)).abs().max()
@@ -166,14 +185,14 @@ def main(argv: list[str] | None = None) -> None:
     inputs, labels = global_data(world, args.k, args.micro_batch, device)
     mine = micro_batches(inputs, labels, rank, world, args.k, args.micro_batch)
 
-    accumulate_window(ddp, mine, "sync every micro-batch")  # DDP settles its buckets here
+    sync_every_micro_batch(ddp, mine)  # DDP settles its buckets here
     ddp.zero_grad()
-    modes = ("no_sync", "sync every micro-batch", "forward outside no_sync")
+    modes = tuple(WINDOWS)
     allreduces, allreduce_bytes = {}, {}
     for mode in modes:
         ddp.zero_grad()
         calls, sent = counter.calls, counter.bytes
-        accumulate_window(ddp, mine, mode)
+        WINDOWS[mode](ddp, mine)
         allreduces[mode], allreduce_bytes[mode] = counter.calls - calls, counter.bytes - sent
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     for repeat in range(args.repeats + 1):  # the modes take turns; the first round warms up
@@ -181,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
             ddp.zero_grad()
             dist.barrier(device_ids=[device.index] if backend == "nccl" else None)
             started = time.perf_counter()
-            accumulate_window(ddp, mine, mode)
+            WINDOWS[mode](ddp, mine)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if repeat > 0:
