@@ -22,7 +22,7 @@ from helpers.data import make_teacher_batches
 from helpers.loop_runs import AuditedRun, audited_run
 from helpers.models import make_mlp
 from helpers.spies import ClipSpy, ScalerSpy
-from helpers.translation import _
+from helpers.translation import N_, _
 
 # ---------------------------------------------------------------- running and recording
 
@@ -145,12 +145,23 @@ def loop_name(name: str) -> str:
     return name.upper()
 
 
+# What an exception in a repaired loop usually means (call_learner looks here first).
+REPAIR_MEANINGS = {
+    "name 'windows' is not defined": N_(
+        "`windows` is notebook 03's helper, not a built-in: import it with "
+        "`from helpers.accumulation import windows`, or slice the micro-batches yourself."
+    ),
+}
+
+
 def as_learner_loop(loop: Callable) -> Callable:
     """The learner's loop as audited_run calls it; the scheduler or scaler goes in by
     position, so the learner may name that parameter as they like."""
 
     def learner_loop(model, optimizer, batches, **extras):
-        return call_learner(loop, model, optimizer, batches, *extras.values())
+        return call_learner(
+            loop, model, optimizer, batches, *extras.values(), meanings=REPAIR_MEANINGS
+        )
 
     return learner_loop
 

@@ -132,6 +132,21 @@ def _overall_grad_state(model: nn.Module) -> str:
     return "nonzero" if "nonzero" in states else ("zeros" if "zeros" in states else "None")
 
 
+# What an exception in exercise 01.2's loop usually means (call_learner looks here first).
+TRAINING_LOOP_MEANINGS = {
+    "has no attribute 'backward'": N_(
+        "backward() belongs to the loss tensor, and `.item()` turns it into a plain number: "
+        "call loss.backward() on the tensor, and take .item() only to print or log it."
+    ),
+    "NoneType": N_(
+        "In this loop a None is most often what `loss.backward()` or `optimizer.step()` "
+        "returns, kept in a name (`loss = loss.backward()`): both return None, so call them on "
+        "a line of their own. Or it is a `.grad` before its first backward(): leave clearing "
+        "it to optimizer.zero_grad()."
+    ),
+}
+
+
 @checker
 def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
     """Exercise 01.2: ``train_one_epoch(model, optimizer, batches)`` must take one SGD step
@@ -148,7 +163,7 @@ def check_training_loop(train_one_epoch: TrainOneEpoch) -> CheckResult:
         lambda *_: grads_at_steps.append(_overall_grad_state(model))
     )
     try:
-        call_learner(train_one_epoch, model, optimizer, batches)
+        call_learner(train_one_epoch, model, optimizer, batches, meanings=TRAINING_LOOP_MEANINGS)
     finally:
         handle.remove()
     got = torch.cat([p.detach().flatten() for p in model.parameters()])

@@ -8,6 +8,9 @@ from torch.nn import functional as F
 
 from helpers import checks
 from helpers.at_scale.checkers_07 import check_amp_window
+from helpers.audit_and_repair import repair_trace
+from helpers.audit_and_repair.checkers_06 import check_repair_c
+from helpers.autograd_accumulates import checkers_01
 from helpers.capstone.checkers_09 import check_capstone
 from helpers.gradient_accumulation.checkers_03 import (
     check_accumulation_loop,
@@ -84,3 +87,49 @@ def test_without_meanings_of_its_own_an_exercise_gets_the_general_one():
     with pytest.raises(checks.LearnerCodeError) as caught:
         checks.call_learner(raises, meanings=checks.NONE_FROM_ALL_REDUCE)
     assert translate(checks.NONE_FROM_ALL_REDUCE["NoneType"]) in str(caught.value)
+
+
+def backward_on_the_number(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets).item()
+        loss.backward()  # a float has no backward()
+        optimizer.step()
+
+
+def keeps_what_backward_returns(model, optimizer, batches):
+    for inputs, targets in batches:
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), targets)
+        loss = loss.backward()  # None
+        print(loss.item())
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        (backward_on_the_number, "has no attribute 'backward'"),
+        (keeps_what_backward_returns, "NoneType"),
+    ],
+)
+def test_the_training_loops_exceptions_get_its_meanings(answer, fragment):
+    result = checkers_01.check_training_loop(answer)
+    assert not result.passed
+    assert translate(checkers_01.TRAINING_LOOP_MEANINGS[fragment]) in result.message
+    assert translate(checks.MEANINGS["NoneType"]) not in result.message
+
+
+def loop_c_without_the_import(model, optimizer, micro_batches, accumulation_steps=4):
+    for window in windows(micro_batches, accumulation_steps):  # noqa: F821 (not imported)
+        optimizer.zero_grad()
+        for inputs, targets in window:
+            (F.mse_loss(model(inputs), targets) / len(window)).backward()
+        optimizer.step()
+
+
+def test_a_repair_that_uses_windows_unimported_is_told_where_it_is():
+    result = check_repair_c(loop_c_without_the_import)
+    assert not result.passed
+    meaning = repair_trace.REPAIR_MEANINGS["name 'windows' is not defined"]
+    assert translate(meaning) in result.message, result.message
+    assert translate(checks.MEANINGS["is not defined"]) not in result.message
