@@ -158,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=3, help="micro-batches per optimizer step")
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per micro-batch")
     parser.add_argument("--micro-batches", default="3,2", help="uneven: per rank, commas")
+    parser.add_argument(
+        "--accumulation-steps", type=int, default=0, help="uneven: no_sync per window of this many"
+    )
     parser.add_argument("--iterations", type=int, default=3, help="static_graph: windows")
     parser.add_argument(
         "--collective-timeout", type=float, default=1.5, help="uneven: seconds a rank waits"

@@ -5,6 +5,7 @@ short process-group timeout and says why."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import sys
@@ -204,14 +205,20 @@ def sampler_case(rank: int, world: int, n_sequences: int, micro_batch: int, max_
 
 
 def stop_words(
-    rank: int, counts: list[int], seconds: float, micro_batch: int | None = None
+    rank: int,
+    counts: list[int],
+    seconds: float,
+    micro_batch: int | None = None,
+    accumulation_steps: int | None = None,
 ) -> tuple[str, str]:
     """What rank ``rank``, stopped by a ``seconds``-second process-group timeout, says:
     ``(message, explanation)``, in the language of the messages. The message is the exception
     line (``RuntimeError: rank ... waited ... in ...``, one line) and ends with the
     explanation, which says why it waited (the ranks' unequal numbers of micro-batches,
     ``counts``) and how to fix it. ``micro_batch``: the micro-batch whose gradient all-reduce it
-    waited in (counted from 1), or None for the barrier after its last."""
+    waited in (counted from 1), or None for the barrier after its last. With
+    ``accumulation_steps`` the ranks synchronized once per window of that many micro-batches,
+    and the why is their unequal numbers of windows."""
     if micro_batch is None:
         where = _("the barrier after its {n} micro-batches").format(n=counts[rank])
     else:
@@ -221,12 +228,29 @@ def stop_words(
     shown = _(", ").join(
         _("rank {rank}: {count}").format(rank=r, count=c) for r, c in enumerate(counts)
     )
+    if accumulation_steps is not None:
+        windows = _(", ").join(
+            _("rank {rank}: {count}").format(rank=r, count=-(-c // accumulation_steps))
+            for r, c in enumerate(counts)
+        )
+        explanation = _(
+            "The ranks ran unequal numbers of windows of {k} micro-batches ({windows}; "
+            "micro-batches {counts}); with no_sync() on all but each window's last that is "
+            "unequal numbers of gradient all-reduces, so one rank waits in a collective for "
+            "ever (here a {seconds:g} s process-group timeout stopped the run). Fix: give "
+            "every rank the same number of micro-batches, or at least of windows."
+        ).format(k=accumulation_steps, windows=windows, counts=shown, seconds=seconds)
+        message = "RuntimeError: " + _(
+            "rank {rank} waited {seconds:g} s in {where}, which no other rank joined. {explanation}"
+        ).format(rank=rank, seconds=seconds, where=where, explanation=explanation)
+        return message, explanation
     explanation = _(
         "The ranks ran unequal numbers of micro-batches ({counts}); with DDP synchronizing "
         "every backward that is unequal numbers of gradient all-reduces, so one rank waits in "
         "a collective for ever (here a {seconds:g} s process-group timeout stopped the run). "
-        "Fix: synchronize once per window (no_sync() on all but each rank's own last "
-        "micro-batch), or give every rank the same number of micro-batches."
+        "Fix: give every rank the same number of micro-batches, or synchronize once per "
+        "window (no_sync() on all but each rank's own last micro-batch) while every rank runs "
+        "the same number of windows."
     ).format(counts=shown, seconds=seconds)
     message = "RuntimeError: " + _(
         "rank {rank} waited {seconds:g} s in {where}, which no other rank joined. {explanation}"
@@ -243,8 +267,21 @@ def sync_every_micro_batch(ddp: DDP, window, group) -> None:
     dist.barrier(group=group)  # the end of the epoch: every rank meets here
 
 
+def accumulate_in_windows(ddp: DDP, micro_batches, accumulation_steps: int, group) -> None:
+    """One rank's epoch in windows of ``accumulation_steps``, ``no_sync()`` on all but each
+    window's last micro-batch: one gradient all-reduce per window, then the barrier. Ranks
+    with unequal numbers of windows never meet again."""
+    for start in range(0, len(micro_batches), accumulation_steps):
+        window = micro_batches[start : start + accumulation_steps]
+        for j, (x, y) in enumerate(window):
+            with contextlib.nullcontext() if j == len(window) - 1 else ddp.no_sync():
+                token_loss_sum(ddp, x, y).backward()  # the last one all-reduces
+    dist.barrier(group=group)
+
+
 def uneven(args, rank: int, world: int) -> dict:
-    """Rank ``r`` runs :func:`sync_every_micro_batch` on ``counts[r]`` micro-batches. One
+    """Rank ``r`` runs :func:`sync_every_micro_batch` on ``counts[r]`` micro-batches (with
+    ``--accumulation-steps``, :func:`accumulate_in_windows`). One
     rank is left in a collective nobody joins; the DDP model's process group has a
     ``--collective-timeout`` of a few seconds, so the wait ends in an error, which the rank
     turns into a message in plain words (printed as the exception line the launcher quotes,
@@ -267,14 +304,18 @@ def uneven(args, rank: int, world: int) -> dict:
     ddp = DDP(TokenModel(vocab=VOCAB, seed=0), process_group=short)
     forwards: list[int] = []  # which micro-batch the rank is in, for its message
     ddp.module.register_forward_pre_hook(lambda *_: forwards.append(1))
+    k = args.accumulation_steps or None
     try:
-        sync_every_micro_batch(ddp, windows[rank], short)
+        if k is None:
+            sync_every_micro_batch(ddp, windows[rank], short)
+        else:
+            accumulate_in_windows(ddp, windows[rank], k, short)
     except RuntimeError as error:
         if "Timed out" not in str(error) and "Connection closed" not in str(error):
             raise
         frames = [frame.name for frame in traceback.extract_tb(error.__traceback__)]
         at = None if "barrier" in frames else len(forwards)
-        message, explanation = stop_words(rank, counts, args.collective_timeout, at)
+        message, explanation = stop_words(rank, counts, args.collective_timeout, at, k)
         # the explanation on its own, for the caller to show (in any language)
         with open(
             f"{os.path.dirname(args.out)}/rank{rank}.explanation", "w", encoding="utf-8"

@@ -3,6 +3,7 @@ mirrors, the 2-process DDP run, and the exercise checkers. What the notebook say
 real Lightning, Accelerate and Trainer (Accelerate's short last window with a dataloader it did
 not prepare, for one) is tested on the libraries in test_frameworks_real.py."""
 
+import contextlib
 import os
 import re
 import signal
@@ -649,3 +650,45 @@ def test_the_amp_windows_solution_says_what_a_single_backward_costs():
     assert "solution" in cells[index + 2].metadata["tags"]
     for fragment in ("gradient is right", "in memory", "not accumulation"):
         assert fragment in " ".join(solution.split()), fragment
+
+
+@pytest.mark.parametrize(
+    ("forward_inside", "backward_inside", "all_reduces"),
+    [(True, True, 0), (True, False, 0), (False, True, 1), (False, False, 1)],
+)
+def test_ddp_decides_at_the_forward_whether_the_backward_all_reduces(
+    tmp_path, forward_inside, backward_inside, all_reduces
+):
+    """The glossary's no_sync entry: where the forward ran decides; where the backward runs
+    does not (the trap of notebook 07, and its mirror: a last forward inside never syncs)."""
+    import gc
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        ddp = DDP(nn.Linear(4, 2))  # one bucket
+        calls = []
+
+        def counting(state, bucket):
+            calls.append(bucket.index())
+            return default_hooks.allreduce_hook(None, bucket)
+
+        ddp.register_comm_hook(None, counting)
+        x = torch.randn(3, 4)
+        ddp(x).sum().backward()  # DDP settles its buckets in the first iteration
+        calls.clear()
+        with ddp.no_sync() if forward_inside else contextlib.nullcontext():
+            out = ddp(x)
+        with ddp.no_sync() if backward_inside else contextlib.nullcontext():
+            out.sum().backward()
+        counted = len(calls)
+    finally:
+        ddp = None
+        gc.collect()
+        dist.destroy_process_group()
+    assert counted == all_reduces

@@ -665,3 +665,22 @@ def test_accelerate_carries_an_unprepared_loaders_tail_into_the_next_epoch(tmp_p
     assert accelerate_steps(2, True, tmp_path, monkeypatch) == [4, 8, 10, 14, 18, 20]
     assert accelerate_steps(2, False, tmp_path, monkeypatch) == [4, 8, 12, 16, 20]
     assert accelerate_steps(3, False, tmp_path, monkeypatch) == [4, 8, 12, 16, 20, 24, 28]
+
+
+@pytest.mark.parametrize(
+    ("model", "layer_norm"),
+    [("llama", False), ("mistral", False), ("qwen2", False), ("gpt2", True), ("bert", True)],
+)
+def test_transformers_models_normalize_each_sample_with_layernorm_or_rmsnorm(model, layer_norm):
+    """Notebook 03 and the glossary: most transformers use LayerNorm or RMSNorm. Today's
+    decoder models define an RMSNorm of their own and no nn.LayerNorm; GPT-2 and BERT use
+    nn.LayerNorm. Both normalize each sample over its own features."""
+    import importlib
+    import inspect
+
+    pytest.importorskip("transformers")
+    source = inspect.getsource(
+        importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    )
+    assert ("nn.LayerNorm(" in source) is layer_norm
+    assert layer_norm or re.search(r"class \w+RMSNorm\(nn\.Module\)", source)
