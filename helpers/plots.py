@@ -120,8 +120,8 @@ def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> DescribedFi
     xs, ys, grads = (v.tolist() for v in values)
     description = _(
         "Figure: {name} and its gradient from autograd, for x from {x0:.3g} to {x1:.3g}.\n"
-        "{name}: {y0:.3g} to {y1:.3g}; its gradient: {g0:.3g} to {g1:.3g}"
-    ).format(name=name, x0=xs[0], x1=xs[-1], y0=ys[0], y1=ys[-1], g0=grads[0], g1=grads[-1])
+        "{name} ranges from {y0:.3g} to {y1:.3g}; its gradient from {g0:.3g} to {g1:.3g}"
+    ).format(name=name, x0=xs[0], x1=xs[-1], y0=min(ys), y1=max(ys), g0=min(grads), g1=max(grads))
     return DescribedFigure(draw, description)
 
 

@@ -64,8 +64,8 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
     expected = len(references)
     if len(got) == expected - 1:
         return _(
-            "step() ran {n_got} times, but {MICRO_BATCHES} micro-batches "
-            "with k={K} make {expected} windows: the last window "
+            "is the short last window stepped? step() ran {n_got} times, but {MICRO_BATCHES} "
+            "micro-batches with k={K} make {expected} windows: the last window "
             "of {value} was never stepped."
         ).format(
             n_got=len(got),
@@ -76,47 +76,47 @@ def _diagnose(got: list[torch.Tensor], references: list[torch.Tensor], case: str
         )
     if len(got) != expected:
         return _(
-            "step() ran {n_got} times; {MICRO_BATCHES} micro-batches "
-            "with k={K} make {expected} windows: one step per window."
+            "how many windows are there? step() ran {n_got} times; {MICRO_BATCHES} "
+            "micro-batches with k={K} make {expected} windows: one step per window."
         ).format(n_got=len(got), MICRO_BATCHES=MICRO_BATCHES, K=K, expected=expected)
     for index, (g, r) in enumerate(zip(got, references, strict=True)):
         if torch.allclose(g, r, rtol=1e-4, atol=1e-6):
             continue
         if not g.any():
             return _(
-                "step() {value} saw no gradient: did zero_grad() run between backward() and step()?"
+                "did zero_grad() run between backward() and step()? Step {value} saw no gradient."
             ).format(value=index + 1)
         if index > 0 and torch.allclose(g - got[index - 1], r, rtol=1e-3, atol=1e-5):
             return _(
-                "window {value} still held window {index}'s gradient: "
-                "zero the grads before each window."
+                "does each window start from empty grads? Window {value} still held window "
+                "{index}'s gradient: zero the grads before each window."
             ).format(value=index + 1, index=index)
         ratio = (g @ r / (r @ r)).item()
         aligned = torch.allclose(g, ratio * r, rtol=1e-3, atol=1e-6)
         if aligned and index == expected - 1 and abs(ratio - (MICRO_BATCHES % K) / K) < 1e-3:
             return _(
-                "your last window is divided by k={K} but holds only "
-                "{value} micro-batches: its gradient is {ratio:.2g} "
+                "how many micro-batches does your last window hold? It is divided by k={K} "
+                "but holds only {value} micro-batches: its gradient is {ratio:.2g} "
                 "of what it should be. Divide by what the window really "
                 "holds."
             ).format(K=K, value=MICRO_BATCHES % K, ratio=ratio)
         if aligned and case == "padded" and ratio < 1:
             return _(
-                "window {value}'s gradient is {ratio:.3g}x the mean "
-                "over its tokens: you divided by more tokens than it "
-                "holds. targets.numel() counts the padding too: count "
+                "does targets.numel() count only the tokens that count? Window {value}'s "
+                "gradient is {ratio:.3g}x the mean over its tokens: you divided by more tokens "
+                "than it holds. targets.numel() counts the padding too: count "
                 "the non-padding tokens, (targets != -100).sum(), over "
                 "that window."
             ).format(value=index + 1, ratio=ratio)
         if aligned:
             return _(
-                "window {value}'s gradient is {ratio:.3g}x the mean "
-                "over its tokens: divide the summed loss by the number "
+                "what do you divide the summed loss by? Window {value}'s gradient is "
+                "{ratio:.3g}x the mean over its tokens: divide the summed loss by the number "
                 "of non-padding tokens (targets != -100) in that window."
             ).format(value=index + 1, ratio=ratio)
         return _(
-            "window {value}'s gradient points in another direction "
-            "than the {case} window's mean: the micro-batches are "
+            "does every token of the window weigh the same? Window {value}'s gradient points "
+            "in another direction than the {case} window's mean: the micro-batches are "
             "weighted unequally. Sum the per-token losses over "
             "the window and divide by the window's token count, "
             "not by each micro-batch's."
@@ -151,7 +151,11 @@ def check_accumulation_loop(train_epoch: Callable) -> CheckResult:
         mistake = _diagnose(record.at_steps, references, case)
         if mistake is not None:
             return wrong(
-                _("with {case} sequences, {mistake}").format(case=translate(case), mistake=mistake)
+                ask_first(
+                    _("with {case} sequences, {mistake}").format(
+                        case=translate(case), mistake=mistake
+                    )
+                )
             )
     return correct(
         _("every window, the short tail included, stepped with its exact mean gradient.")

@@ -16,6 +16,7 @@ from helpers.checks import (
     LearnerCodeError,
     as_function,
     as_names,
+    ask_first,
     call_learner,
     checker,
     correct,
@@ -240,22 +241,23 @@ def correct_pair_loops() -> set[str]:
 _LOOP_HINTS = {
     # (letter, whether the answer includes it): the hint that names the mistake
     ("B", True): N_(
-        "B zeroes at the top of every batch, so the second batch's zero_grad() wipes "
-        "the first one's gradient before the step: each step sees only half of its pair."
+        "What does B's zero_grad() before a pair's second batch wipe? B zeroes at the top of "
+        "every batch, so the second batch's zero_grad() wipes the first one's gradient before "
+        "the step: each step sees only half of its pair."
     ),
     ("D", True): N_(
-        "D zeroes at the end of every batch, also after the first batch of a pair: "
-        "that is between its backward() and the step() that needs it, so each step sees only "
-        "half of its pair."
+        "What runs between D's first backward() of a pair and its step()? D zeroes at the end "
+        "of every batch, also after the first batch of a pair: that is between its backward() "
+        "and the step() that needs it, so each step sees only half of its pair."
     ),
     ("A", False): N_(
-        "A zeroes right after each step(), so the next pair's first backward() "
-        "starts from nothing, as it should."
+        "What is in .grad when A's next pair begins? A zeroes right after each step(), so the "
+        "next pair's first backward() starts from nothing, as it should."
     ),
     ("C", False): N_(
-        "C zeroes only before the first batch of each pair: after the previous "
-        "step() and before the pair's first backward() (its very first call finds the grads "
-        "None, which is fine)."
+        "Where does C call zero_grad(), and what has run before it? C zeroes only before the "
+        "first batch of each pair: after the previous step() and before the pair's first "
+        "backward() (its very first call finds the grads None, which is fine)."
     ),
 }
 
@@ -282,7 +284,7 @@ def check_correct_loops(answer: object) -> CheckResult:
         for (letter, included), hint in _LOOP_HINTS.items()
         if (letter in given) == included and (letter in expected) != included
     ]
-    return wrong(" ".join(hints))
+    return wrong(ask_first(" ".join(hints)))
 
 
 def _zero_grad_case() -> tuple[torch.optim.Optimizer, dict[str, nn.Parameter]]:

@@ -114,7 +114,7 @@ def test_the_function_and_its_gradient_are_described():
     assert isinstance(drawn.figure, Figure) and len(drawn.figure.axes[0].lines) == 2
     assert drawn.description == (
         "Figure: x² and its gradient from autograd, for x from -2 to 2.\n"
-        "x²: 4 to 4; its gradient: -4 to 4"
+        "x² ranges from 0 to 4; its gradient from -4 to 4"
     )
 
 

@@ -44,7 +44,7 @@ def test_accumulation_loop_solution_passes():
         (loop(window_tokens, drop_tail=True), "the last window of 2 was never stepped"),
         (
             loop(lambda w, t, k: k * t.numel()),
-            "your last window is divided by k=4 but holds only 2",
+            "It is divided by k=4 but holds only 2",
         ),
         (loop(lambda w, t, k: int((t != -100).sum()) * len(w)), "weighted unequally"),
         (loop(lambda w, t, k: 1), "48x the mean over its tokens"),
@@ -55,8 +55,23 @@ def test_accumulation_loop_solution_passes():
     ],
 )
 def test_accumulation_loop_mistakes_get_their_hint(train_epoch, hint):
-    result = check_accumulation_loop(train_epoch)
+    result = second_try(check_accumulation_loop, train_epoch)
     assert not result.passed and hint in result.message, result.message
+
+
+@pytest.mark.parametrize(
+    ("train_epoch", "question"),
+    [
+        (loop(window_tokens, drop_tail=True), "is the short last window stepped?"),
+        (loop(lambda w, t, k: k * t.numel()), "how many micro-batches does your last window"),
+        (loop(lambda w, t, k: len(w) * t.numel()), "does targets.numel() count only the tokens"),
+        (loop(window_tokens, zero=False), "does each window start from empty grads?"),
+    ],
+)
+def test_accumulation_loops_first_wrong_answer_gets_the_question_alone(train_epoch, question):
+    result = check_accumulation_loop(train_epoch)  # each test starts with none wrong yet
+    assert not result.passed and question in result.message, result.message
+    assert "Answer again" in result.message and "Divide by" not in result.message
 
 
 def test_tail_fraction():

@@ -82,4 +82,4 @@ class TestCorrectLoops:
         ],
     )
     def test_typical_mistakes_get_their_hint(self, answer, hint):
-        assert_hint(check_correct_loops(answer), hint)
+        assert_hint(second_try(check_correct_loops, answer), hint)
