@@ -55,6 +55,7 @@ from helpers.checks import (
     as_function,
     as_names,
     as_number,
+    ask_first,
     checker,
     correct,
     is_unanswered,
@@ -946,6 +947,16 @@ PREDICTION_MISSING_TEMPLATES = {
     ),
 }
 
+# The question each missing rule opens with, on the first wrong answer alone.
+MISSING_QUESTIONS = {
+    "clip-per-micro-batch": N_(
+        "When does clip_grad_norm_ run: once per window, or after every backward()?"
+    ),
+    "leftover-gradients": N_(
+        "What happens to the gradients of the micro-batches after the last step()?"
+    ),
+}
+
 # A real rule id the auditor does not report for this loop: why.
 NOT_REPORTED_TEMPLATES = {
     "window-length": N_(
@@ -1052,7 +1063,7 @@ def check_auditor_findings(answer: object) -> CheckResult:
             ).format(names=_and(reported_codes()), UNSEEN=translate(UNSEEN))
         )
     hints = [
-        _("{code} is not reported: {get}").format(
+        _("Does this loop break {code}? {code} is not reported: {get}").format(
             code=code,
             get=_prediction_text(NOT_REPORTED_TEMPLATES, code, N_("this loop does not break it.")),
         )
@@ -1060,15 +1071,16 @@ def check_auditor_findings(answer: object) -> CheckResult:
         if code in given - expected
     ]
     hints += [
-        _("A rule is missing: {get}").format(
+        _("{question} A rule is missing: {get}").format(
+            question=translate(MISSING_QUESTIONS.get(code, N_("Is a rule missing?"))),
             get=_prediction_text(
                 PREDICTION_MISSING_TEMPLATES, code, N_("the auditor reports one more rule.")
-            )
+            ),
         )
         for code in reported_codes()
         if code in expected - given
     ]
-    return wrong(" ".join(hints))
+    return wrong(ask_first(" ".join(hints)))
 
 
 check_undivided_prediction = choice_checker(

@@ -15,6 +15,7 @@ from helpers.checks import (
     as_function,
     as_names,
     as_number,
+    ask_first,
     call_learner,
     checker,
     correct,
@@ -254,6 +255,7 @@ def check_misordered_gan(answer: object) -> CheckResult:
     if "A" in given:
         hints.append(
             _(
+                "Does anything step between a forward and the backward through it? "
                 "A is false: nothing raises. The in-place error needs a step between a forward "
                 "and the backward through it; here both steps come after every backward."
             )
@@ -261,6 +263,7 @@ def check_misordered_gan(answer: object) -> CheckResult:
     if "B" not in given:
         hints.append(
             _(
+                "What does D's .grad hold when opt_d.step() runs? "
                 "B is true: g_loss.backward() goes back through D to reach G, and it runs after "
                 "opt_d.zero_grad(), so D's .grad still holds g_loss's gradient when D steps."
             )
@@ -268,11 +271,12 @@ def check_misordered_gan(answer: object) -> CheckResult:
     if "C" not in given:
         hints.append(
             _(
+                "Where does d_loss's backward stop? "
                 "C is true: fake.detach() stops d_loss's backward at D, so G's .grad holds only "
                 "g_loss's gradient."
             )
         )
-    return wrong(" ".join(hints))
+    return wrong(ask_first(" ".join(hints)))
 
 
 def _listed(function, *args):
@@ -474,8 +478,9 @@ check_second_task_backward = choice_checker(
     why=N_("the first backward() freed the trunk's saved tensors, and the second one needs them."),
     misconceptions={
         "a": N_(
-            "Can the second backward() still use the trunk's saved tensors? The first one "
-            "freed them as it went: the second raises an error before it adds anything."
+            "Is the trunk's graph still whole after the first backward()? The first one freed "
+            "the values the forward pass saved for it (its saved tensors) as it went: the second "
+            "raises an error before it adds anything."
         ),
         "c": N_(
             "Does backward() ever replace .grad? It adds; but here the second one fails "
