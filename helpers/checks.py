@@ -335,7 +335,7 @@ MEANINGS = {
         "update(): unscale once per window, after its last backward()."
     ),
     "modified by an inplace operation": N_(
-        "a tensor the backward pass needs was changed in "
+        "A tensor the backward pass needs was changed in "
         "place (often by optimizer.step()) before backward(): step only after the backward "
         "calls that use the old weights."
     ),
@@ -344,19 +344,19 @@ MEANINGS = {
         "loss with more than one element: reduce it to one number (sum or mean) first."
     ),
     "cannot be multiplied": N_(
-        "a shape mismatch inside the model: are inputs and targets the "
+        "A shape mismatch inside the model: are inputs and targets the "
         "right way round in `for inputs, targets in ...`?"
     ),
     "not enough values to unpack": N_(
-        "each micro-batch is an (inputs, targets) pair: unpack "
+        "Each micro-batch is an (inputs, targets) pair: unpack "
         "it as `for inputs, targets in micro_batches`."
     ),
     "too many values to unpack": N_(
-        "each micro-batch is an (inputs, targets) pair: unpack "
+        "Each micro-batch is an (inputs, targets) pair: unpack "
         "it as `for inputs, targets in micro_batches`."
     ),
     "object is not callable": N_(
-        "something that is not a function was called: check for a "
+        "Something that is not a function was called: check for a "
         "name reused for a value (loss = loss(...)) or a missing operator."
     ),
     "Attempted unscale_ but _scale is None": N_(
@@ -369,7 +369,7 @@ MEANINGS = {
         "model."
     ),
     "Tried to step": N_(
-        "a scheduler was stepped more times than its total_steps: count its "
+        "A scheduler was stepped more times than its total_steps: count its "
         "length in optimizer steps, ceil(n / k) per epoch for n micro-batches, the short last "
         "window included."
     ),
@@ -385,13 +385,13 @@ MEANINGS = {
         "requires_grad_(False) works "
         "only on a leaf; a tensor with a grad_fn (made with create_graph=True) needs detach_()."
     ),
-    "division by zero": N_("something was divided by zero: a window or a token count of 0?"),
+    "division by zero": N_("Something was divided by zero: a window or a token count of 0?"),
     "is not defined": N_(
-        "a name used in your function is not defined: define it in the "
+        "A name used in your function is not defined: define it in the "
         "function, or pass it in as a parameter."
     ),
     "NoneType": N_(
-        "something was None where a tensor was expected: is it a `.grad`? It is None after "
+        "Something was None where a tensor was expected: is it a `.grad`? It is None after "
         "zero_grad() (set_to_none=True) and before a parameter's first backward(). Or a "
         "result of dist.all_reduce? It returns None: it changes the tensor you pass in place."
     ),

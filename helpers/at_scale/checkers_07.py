@@ -20,6 +20,7 @@ from helpers.checks import (
     CheckResult,
     LearnerCodeError,
     as_function,
+    ask_first,
     call_learner,
     checker,
     correct,
@@ -159,26 +160,31 @@ def amp_setup():
 # The loop auditor's findings, as the hint each exercise gives (any other code: its message).
 FINDING_HINTS = {
     "unscale-after-clip": N_(
-        "the gradients were clipped while still scaled: call "
+        "is the gradient still scaled when you clip it? The gradients were clipped while "
+        "still scaled: call "
         "scaler.unscale_(optimizer) before clip_grad_norm_."
     ),
-    "clip-per-micro-batch": N_("clip once, after the window's last backward(), not after each."),
+    "clip-per-micro-batch": N_(
+        "how many times per window do you clip? Clip once, after the window's last "
+        "backward(), not after each."
+    ),
     "step-without-grad": N_("no backward() reached the model before the step."),
     "zero-grad-before-step": N_(
-        "zero_grad() is misplaced: the gradients were reset between the "
-        "window's backward() and its step(). Call it at the start of the window (or after the "
-        "step)."
+        "what does .grad hold when the step runs? zero_grad() is misplaced: the gradients "
+        "were reset between the window's backward() and its step(). Call it at the start of "
+        "the window (or after the step)."
     ),
     "leftover-gradients": N_(
         "the window's gradients were never stepped: call scaler.step(optimizer)."
     ),
     "missing-zero-grad": N_(
-        "zero_grad() is missing or misplaced: the next window added to the "
-        "last one's gradients. Call optimizer.zero_grad() at the start of each window (or after "
-        "the step)."
+        "does each window start from empty grads? zero_grad() is missing or misplaced: the "
+        "next window added to the last one's gradients. Call optimizer.zero_grad() at the "
+        "start of each window (or after the step)."
     ),
     "scheduler-per-micro-batch": N_(
-        "scheduler.step() ran in the micro-batch loop: step it once "
+        "does the schedule count micro-batches or optimizer steps? scheduler.step() ran in the "
+        "micro-batch loop: step it once "
         "per window, after the optimizer's step."
     ),
     "window-length": N_(
@@ -188,7 +194,8 @@ FINDING_HINTS = {
     ),
 }
 CLIP_PER_MICRO_BATCH = N_(
-    "the gradients were clipped after each micro-batch: clip once per window, after its last "
+    "how many times per window do you clip? The gradients were clipped after each "
+    "micro-batch: clip once per window, after its last "
     "backward() and scaler.unscale_(optimizer)."
 )
 MISSING_STEP = N_(
@@ -203,7 +210,8 @@ DOUBLE_UNSCALE = N_(
 )
 
 OPTIMIZER_STEP = N_(
-    "optimizer.step() was called instead of scaler.step(optimizer): scaler.step skips a "
+    "which step skips a window that overflowed? optimizer.step() was called instead of "
+    "scaler.step(optimizer): scaler.step skips a "
     "window whose gradients overflowed (inf/NaN), optimizer.step() writes them into the weights."
 )
 
@@ -292,13 +300,17 @@ def calls_hint(calls: list[str], windows: int) -> str | None:
     return None
 
 
-def finding_hint(findings, calls: list[str] | None = None, windows: int = 0, hints=None):
+def finding_hint(
+    findings, calls: list[str] | None = None, windows: int = 0, hints=None, scaler: bool = True
+):
     """The hint for the loop auditor's ``findings`` (:class:`Finding` objects or
     ``(code, message)`` pairs), ordered by root cause: first what the scaler ``calls`` over
     ``windows`` windows show (:func:`calls_hint`), then a window never stepped when some
     step was missing (its pending clip also reads as clipping per micro-batch), then clipping
     per micro-batch (with a scaler it is also clipping before unscale_), then the first
-    finding, from ``hints`` (default :data:`FINDING_HINTS`). None when there are none."""
+    finding, from ``hints`` (default :data:`FINDING_HINTS`). None when there are none.
+    Without a ``scaler`` in the loop, clipping per micro-batch gets the hint that does not
+    name one."""
     pairs = [(f.code, f.message) if hasattr(f, "code") else tuple(f) for f in findings]
     if not pairs:
         return None
@@ -312,7 +324,7 @@ def finding_hint(findings, calls: list[str] | None = None, windows: int = 0, hin
         if "leftover-gradients" in codes and steps < windows:
             return translate(hints["leftover-gradients"])
     if "clip-per-micro-batch" in codes:
-        return translate(CLIP_PER_MICRO_BATCH)
+        return translate(CLIP_PER_MICRO_BATCH if scaler else hints["clip-per-micro-batch"])
     code, message = pairs[0]
     return translate(hints[code]) if code in hints else f"{code}: {message}"
 
@@ -328,30 +340,35 @@ AMP_RTOL, AMP_ATOL = 1e-5, 1e-6  # measured: correct variants differ by < 1e-7 (
 AMP_MAX_NORM = 1.0
 AMP_MISTAKES = {
     "micro-batch count": N_(
-        "each micro-batch's mean loss was divided by the number of "
+        "do the window's micro-batches hold the same number of samples? Each micro-batch's "
+        "mean loss was divided by the number of "
         "micro-batches (len(window)): the third window's micro-batches hold 12, 8 and 4 samples, "
         "and that gives the 4 samples of the last as much weight as the 12 of the first. Weight "
         "each by its share of the window's samples: F.mse_loss(...) * len(targets) / samples, "
         "with samples the window's total."
     ),
     "full-window samples": N_(
-        "each micro-batch's loss was divided by a full window's 24 samples: the last window "
+        "does every window hold 24 samples? Each micro-batch's loss was divided by a full "
+        "window's 24 samples: the last window "
         "holds 12. Weight each micro-batch by its share of its own window's samples, "
         "len(targets) / samples, with samples = sum(len(targets) for _, targets in window)."
     ),
     "no division": N_(
-        "each micro-batch's loss must be weighted by its share of the window's "
+        "is the window's gradient the sum or the mean of its micro-batches'? Each "
+        "micro-batch's loss must be weighted by its share of the window's "
         "samples (len(targets) / samples, the window's total): without it the window's gradient "
         "is the sum, not the mean, of its micro-batches' gradients."
     ),
     "float16": N_(
-        "the weights are close to the course's, but rounded otherwise: your autocast ran in "
-        "float16. On the CPU the exercise asks for bfloat16, the CPU's autocast type: "
+        "which 16-bit type does the CPU's autocast use? The weights are close to the course's, "
+        "but rounded otherwise: your autocast ran in float16. On the CPU the exercise asks for "
+        "bfloat16, the CPU's autocast type: "
         'torch.autocast("cpu", dtype=torch.bfloat16).'
     ),
     "no clip": N_(
-        "the accumulated gradient was not clipped: after scaler.unscale_(optimizer), "
-        "nn.utils.clip_grad_norm_(model.parameters(), 1.0), once per window."
+        "where is the window's gradient clipped? The accumulated gradient was not clipped: "
+        "after scaler.unscale_(optimizer), nn.utils.clip_grad_norm_(model.parameters(), 1.0), "
+        "once per window."
     ),
 }
 
@@ -430,9 +447,9 @@ def check_amp_window(amp_window: object) -> CheckResult:
         return _judge_summed(got, expected, start)
     hint = finding_hint(audit.findings, spy.calls, len(windows))
     if hint is not None:
-        return wrong(hint)
+        return wrong(ask_first(hint))
     if "optimizer.step" in spy.calls or not torch.isfinite(got).all():
-        return wrong(OPTIMIZER_STEP)
+        return wrong(ask_first(translate(OPTIMIZER_STEP)))
     if torch.equal(got, start):
         return wrong(_("the weights did not move: did scaler.step(optimizer) run?"))
     if spy.calls.count("update") != len(windows):
@@ -456,10 +473,11 @@ def check_amp_window(amp_window: object) -> CheckResult:
             if torch.allclose(got, _amp_reference(windows, mistake), rtol=1e-4, atol=1e-5):
                 if mistake == "no clip" and clips.norms:
                     hint = _(
-                        "clip_grad_norm_ ran, but its clipping did not reach the step: clip "
-                        "after scaler.unscale_(optimizer) and before scaler.step(optimizer)."
+                        "where does the clip sit? clip_grad_norm_ ran, but its clipping did not "
+                        "reach the step: clip after scaler.unscale_(optimizer) and before "
+                        "scaler.step(optimizer)."
                     )
-                return wrong(hint)
+                return wrong(ask_first(translate(hint)))
         moved, should = (got - start).norm().item(), (expected - start).norm().item()
         return wrong(
             _(

@@ -284,6 +284,8 @@ def _train(source: str, name: str, rank: int, world: int) -> tuple[torch.Tensor 
     ddp = DDP(model)
     counter = AllReduceCounter()
     ddp.register_comm_hook(counter, counting_allreduce)
+    ddp_forwards = []  # the DDP model's own forward passes (not model.module's)
+    ddp.register_forward_pre_hook(lambda *_: ddp_forwards.append(1))
     optimizer, scheduler, scaler = make_tools(ddp)
     spy = ScalerSpy(scaler, optimizer)
     lrs: list[float] = []
@@ -314,6 +316,7 @@ def _train(source: str, name: str, rank: int, world: int) -> tuple[torch.Tensor 
         "lrs": lrs,
         "scale": scaler.get_scale(),
         "allreduces": counter.calls,
+        "ddp_forwards": len(ddp_forwards),
         "buckets": len(counter.buckets),
     }
 

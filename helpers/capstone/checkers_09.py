@@ -210,6 +210,15 @@ def _judge_capstone(results: dict) -> CheckResult:
     """The verdict on rank 0's results of :func:`helpers.capstone.capstone_run.run_capstone`."""
     got = torch.tensor(results["weights"])
     calls, windows = results["calls"], len(capstone_run.window_slices(capstone_run.MICRO_BATCHES))
+    if results["across_ranks"] > 0 and results["ddp_forwards"] and not results["allreduces"]:
+        return wrong(
+            _(
+                "does any backward all-reduce? The 2 processes ended with different weights "
+                "(largest difference {difference:.3g}) and no gradient was all-reduced: the last "
+                "micro-batch of each window must run outside no_sync() (its forward too), so "
+                "that its backward averages the window's gradients over the processes."
+            ).format(difference=results["across_ranks"])
+        )
     if results["across_ranks"] > 0:
         return wrong(
             _(
@@ -377,7 +386,9 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
                 "scaler.update()."
             )
         )
-    hint = finding_hint(got["findings"], got["calls"], windows, CAPSTONE_FINDING_HINTS)
+    hint = finding_hint(
+        got["findings"], got["calls"], windows, CAPSTONE_FINDING_HINTS, scaler=stage >= 3
+    )
     if hint is not None:
         return wrong(hint)
     weights = got["weights"]

@@ -205,6 +205,10 @@ MISTAKES = {
         [("        scaler.step(optimizer)\n", "")],
         "scaler.step(optimizer) never ran",
     ),
+    "no_sync() on every micro-batch, the last one too": (
+        [("contextlib.nullcontext() if last else model.no_sync()", "model.no_sync()")],
+        "does any backward all-reduce?",
+    ),
     "model.module instead of the DDP model": (
         [("logits = model(inputs)", "logits = model.module(inputs)")],
         "not model.module",
@@ -580,7 +584,8 @@ def test_the_notebooks_solution_is_the_model_solution():
     [solution] = [
         c.source
         for c in notebook_cells()
-        if "check_capstone(train_ddp)" in c.source and "solution" in c.metadata.get("tags", [])
+        if "check_capstone(train_ddp, stage=4)" in c.source
+        and "solution" in c.metadata.get("tags", [])
     ]
     assert MODEL_SOLUTION in solution
 

@@ -14,7 +14,9 @@ from helpers.capstone import capstone_run, stages
 from helpers.capstone.checkers_09 import check_capstone
 
 
-def window_loop(weight="tokens", amp=False, clip=True, scheduler_each=False, last=True):
+def window_loop(
+    weight="tokens", amp=False, clip=True, scheduler_each=False, last=True, clip_each=False
+):
     """A capstone loop for one process: each micro-batch's loss weighted as ``weight`` says,
     with autocast and the scaler when ``amp``."""
 
@@ -37,11 +39,13 @@ def window_loop(weight="tokens", amp=False, clip=True, scheduler_each=False, las
                     "k": mean / accumulation_steps,
                 }[weight]
                 (scaler.scale(loss) if amp else loss).backward()
+                if clip_each:
+                    nn.utils.clip_grad_norm_(model.parameters(), capstone_run.MAX_NORM)
                 if scheduler_each:
                     scheduler.step()
             if amp:
                 scaler.unscale_(optimizer)
-            if clip:
+            if clip and not clip_each:
                 nn.utils.clip_grad_norm_(model.parameters(), capstone_run.MAX_NORM)
             if amp:
                 scaler.step(optimizer)
@@ -83,6 +87,12 @@ def test_each_stage_accepts_its_right_loop_however_written(stage, train_ddp):
 def test_each_stage_names_its_mistakes(stage, train_ddp, hint):
     result = check_capstone(train_ddp, stage=stage)
     assert not result.passed and hint in result.message, result.message
+
+
+def test_clipping_per_micro_batch_before_the_scaler_stage_names_no_scaler():
+    result = check_capstone(window_loop(clip_each=True), stage=1)
+    assert not result.passed and "Clip once, after the window's last backward()" in result.message
+    assert "scaler" not in result.message, result.message
 
 
 def test_the_stages_grow_harder():
