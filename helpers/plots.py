@@ -117,7 +117,8 @@ def plot_function_and_gradient(x, y, grad, *, name: str = "f(x)") -> DescribedFi
         ax.grid(alpha=0.3)
         return fig
 
-    xs, ys, grads = (v.tolist() for v in values)
+    # rounded to 6 decimals: kernels differ in the last bits (x² at x = 0 may come out 1e-14)
+    xs, ys, grads = ([round(x, 6) + 0.0 for x in v.tolist()] for v in values)
     description = _(
         "Figure: {name} and its gradient from autograd, for x from {x0:.3g} to {x1:.3g}.\n"
         "{name} ranges from {y0:.3g} to {y1:.3g}; its gradient from {g0:.3g} to {g1:.3g}"
