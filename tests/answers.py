@@ -5,7 +5,7 @@ question that names the misconception, a second one the computation too
 from __future__ import annotations
 
 
-def second_try(check, answer):
-    """The result of ``check(answer)`` given a second time."""
-    check(answer)
-    return check(answer)
+def second_try(check, answer, **options):
+    """The result of ``check(answer, **options)`` given a second time."""
+    check(answer, **options)
+    return check(answer, **options)

@@ -147,44 +147,50 @@ def token_count(targets: torch.Tensor) -> int:
 VARIANTS = {
     "correct": "",
     "micro-batch mean / window": N_(
-        "each micro-batch's mean token loss was divided by the "
-        "number of micro-batches in the window (and DDP averaged the ranks): a micro-batch with "
-        "few tokens weighs as much as one with many. Sum the token losses and divide by the "
-        "window's count of non-padding tokens."
+        "Do the window's micro-batches hold the same number of tokens? Each micro-batch's mean "
+        "token loss was divided by the number of micro-batches in the window (and DDP averaged "
+        "the ranks): a micro-batch with few tokens weighs as much as one with many. Sum the "
+        "token losses and divide by the window's count of non-padding tokens."
     ),
     "micro-batch mean / k": N_(
-        "each micro-batch's mean token loss was divided by "
+        "What does the short last window hold? Each micro-batch's mean token loss was divided by "
         "accumulation_steps: the micro-batches weigh the same whatever their tokens, and the "
         "short last window gets only its share of k. Sum the token losses and divide by the "
         "window's count of non-padding tokens."
     ),
     "local tokens": N_(
-        "each rank divided its token losses by its own window's token count: "
+        "Do the two ranks count the same tokens? Each rank divided its token losses by its own "
+        "window's token count: "
         "the ranks' counts differ, and DDP's average of the two means is not the mean over all "
         "tokens. All-reduce the window's token count (dist.all_reduce) and divide by the total."
     ),
     "no world factor": N_(
-        "the token count was all-reduced, but DDP also averages the "
+        "What does DDP do to the gradients after your division? The token count was "
+        "all-reduced, but DDP also averages the "
         "gradients over the 2 processes: the step got half the mean gradient. Multiply the loss "
         "by dist.get_world_size() (what the Trainer does with average_tokens_across_devices)."
     ),
     "micro-batch tokens": N_(
-        "each micro-batch was divided by its own token count (all-reduced) "
+        "Is every micro-batch of a window divided by the same count? Each micro-batch was "
+        "divided by its own token count (all-reduced) "
         "and by the number of micro-batches: divide the window's summed token losses by the "
         "window's token count, the same for all its micro-batches."
     ),
     "no last window": N_(
-        "the short last window (1 micro-batch) was never stepped: windows of "
+        "Is the short last window stepped? The short last window (1 micro-batch) was never "
+        "stepped: windows of "
         "accumulation_steps micro-batches, then the rest (range(0, len(micro_batches), k))."
     ),
     "loss in bfloat16": N_(
-        "the weights are close to the right ones, but rounded: the loss was computed from the "
+        "Where is the loss computed? The weights are close to the right ones, but rounded: the "
+        "loss was computed from the "
         "bfloat16 logits outside autocast, where cross_entropy keeps bfloat16's 8 significant "
         "bits. Compute it inside the `with torch.autocast(...)` block, which runs "
         "cross_entropy in float32, or from logits.float()."
     ),
     "no clip": N_(
-        "the gradient was clipped at the wrong norm, or not at all: clip the unscaled "
+        "Is the gradient clipped at max_norm={max_norm:g}? It was clipped at the wrong norm, or "
+        "not at all: clip the unscaled "
         "gradient to max_norm={max_norm:g}, clip_grad_norm_(model.parameters(), {max_norm:g}) "
         "once per window, after scaler.unscale_(optimizer)."
     ),

@@ -17,6 +17,7 @@ from helpers.checks import (
     AnswerKindError,
     CheckResult,
     as_function,
+    ask_first,
     checker,
     correct,
     is_unanswered,
@@ -358,19 +359,32 @@ STAGE_LOSS = {
     ),
 }
 
-# One process has no ranks to average: the hints of capstone_run.VARIANTS without them.
+# One process has no ranks to average, nor a scaler before stage 3: the hints of
+# capstone_run.VARIANTS without them.
 STAGE_VARIANT_HINTS = {
+    "no clip": N_(
+        "Is the gradient clipped at max_norm={max_norm:g}? It was clipped at the wrong norm, or "
+        "not at all: clip_grad_norm_(model.parameters(), {max_norm:g}) once per window, before "
+        "the step (and after scaler.unscale_(optimizer) once the scaler is in)."
+    ),
     "micro-batch mean / window": N_(
-        "each micro-batch's mean token loss was divided by the number of micro-batches in "
+        "Do the window's micro-batches hold the same number of tokens? Each micro-batch's "
+        "mean token loss was divided by the number of micro-batches in "
         "the window: a micro-batch with few tokens weighs as much as one with many. Sum the "
         "token losses and divide by the window's count of non-padding tokens."
     ),
 }
 
 
+def _ask(hint: str) -> CheckResult:
+    """A wrong stage answer: the hint (translated), its question alone the first time."""
+    return wrong(ask_first(translate(hint)))
+
+
 def _check_stage(train_ddp: object, stage: int) -> CheckResult:
     """Stages 1 to 3 of the capstone, in this process: the verdict on ``train_ddp`` against
-    :func:`helpers.capstone.stages.reference`."""
+    :func:`helpers.capstone.stages.reference`. A first wrong answer gets its hint's question
+    alone (:func:`ask_first`); stage 4, a 10-second run of two ranks, explains at once."""
     function = _capstone_function(train_ddp)
     if isinstance(function, CheckResult):
         return function
@@ -378,7 +392,7 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
     want = stages.reference(stage)
     windows = want["windows"]
     if stage == 3 and "scale" not in got["calls"]:
-        return wrong(
+        return _ask(
             _(
                 "Does every micro-batch's loss go through the scaler? backward() ran on "
                 "losses that scaler.scale never saw: backward scaler.scale(loss), then, once "
@@ -390,16 +404,16 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
         got["findings"], got["calls"], windows, CAPSTONE_FINDING_HINTS, scaler=stage >= 3
     )
     if hint is not None:
-        return wrong(hint)
+        return _ask(hint)
     weights = got["weights"]
     if stage == 3 and (
         not torch.isfinite(weights).all() or (got["calls"] and "optimizer.step" in got["calls"])
     ):
-        return wrong(OPTIMIZER_STEP)
+        return _ask(OPTIMIZER_STEP)
     steps = len(got["lrs"])
     expected_steps = len(want["lrs"])
     if steps != expected_steps and stage < 3:
-        return wrong(
+        return _ask(
             _(
                 "Does the loop step once per window, the short last one included? It stepped "
                 "{steps} times; {n} micro-batches in windows of {k} make {windows}."
@@ -408,7 +422,7 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
             )
         )
     if got["lrs"] != want["lrs"]:
-        return wrong(
+        return _ask(
             _(
                 "Does the scheduler step once per window? The steps used the learning rates "
                 "{got}, the reference's {want}: call scheduler.step() once per window, after "
@@ -416,7 +430,7 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
             ).format(got=got["lrs"], want=want["lrs"])
         )
     if stage == 3 and got["scale"] != want["scale"]:
-        return wrong(
+        return _ask(
             _(
                 "Does every micro-batch's loss go through scaler.scale? The scale ended at "
                 "{got:g}, the reference's at {want:g}: scale each loss, and call "
@@ -427,7 +441,7 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
         return correct(translate(STAGE_DONE[stage]))
     norms = {n for n in got["max_norms"] if n != capstone_run.MAX_NORM and not math.isinf(n)}
     if norms:
-        return wrong(
+        return _ask(
             _(
                 "Is the gradient clipped at max_norm={MAX_NORM:g}? It was clipped at "
                 "{min}: clip once per window, before the step."
@@ -440,6 +454,6 @@ def _check_stage(train_ddp: object, stage: int) -> CheckResult:
         near = min(0.01 * moved, 0.25 * (made - want["weights"]).norm())
         if (weights - made).norm() < near:
             hint = STAGE_VARIANT_HINTS.get(variant, capstone_run.VARIANTS[variant])
-            return wrong(translate(hint).format(max_norm=capstone_run.MAX_NORM))
+            return _ask(translate(hint).format(max_norm=capstone_run.MAX_NORM))
     away = ((weights - want["weights"]).norm() / moved).item()
-    return wrong(translate(STAGE_LOSS[stage]).format(away=away))
+    return _ask(translate(STAGE_LOSS[stage]).format(away=away))
