@@ -240,18 +240,15 @@ def stop_words(
             "ever (here a {seconds:g} s process-group timeout stopped the run). Fix: give "
             "every rank the same number of micro-batches, or at least of windows."
         ).format(k=accumulation_steps, windows=windows, counts=shown, seconds=seconds)
-        message = "RuntimeError: " + _(
-            "rank {rank} waited {seconds:g} s in {where}, which no other rank joined. {explanation}"
-        ).format(rank=rank, seconds=seconds, where=where, explanation=explanation)
-        return message, explanation
-    explanation = _(
-        "The ranks ran unequal numbers of micro-batches ({counts}); with DDP synchronizing "
-        "every backward that is unequal numbers of gradient all-reduces, so one rank waits in "
-        "a collective for ever (here a {seconds:g} s process-group timeout stopped the run). "
-        "Fix: give every rank the same number of micro-batches, or synchronize once per "
-        "window (no_sync() on all but each rank's own last micro-batch) while every rank runs "
-        "the same number of windows."
-    ).format(counts=shown, seconds=seconds)
+    else:
+        explanation = _(
+            "The ranks ran unequal numbers of micro-batches ({counts}); with DDP synchronizing "
+            "every backward that is unequal numbers of gradient all-reduces, so one rank waits "
+            "in a collective for ever (here a {seconds:g} s process-group timeout stopped the "
+            "run). Fix: give every rank the same number of micro-batches, or synchronize once "
+            "per window (no_sync() on all but each rank's own last micro-batch) while every "
+            "rank runs the same number of windows."
+        ).format(counts=shown, seconds=seconds)
     message = "RuntimeError: " + _(
         "rank {rank} waited {seconds:g} s in {where}, which no other rank joined. {explanation}"
     ).format(rank=rank, seconds=seconds, where=where, explanation=explanation)
