@@ -83,7 +83,7 @@ MISCONCEPTIONS = {
     ),
 }
 
-Verdict = tuple[bool, "str | None"]  # right, and the misconception a wrong answer reveals
+Verdict = tuple[bool, str | None]  # right, and the misconception a wrong answer reveals
 
 
 @dataclass(frozen=True)

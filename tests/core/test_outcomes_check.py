@@ -281,5 +281,12 @@ def test_bad_input_to_the_check_is_refused_with_what_to_change(tmp_path):
         OutcomesCheck("pre", folder=tmp_path).answer("O4.1", 1)
 
 
-def test_the_review_options_are_five():
-    assert list(REVIEW_OPTIONS) == list("abcde")
+@pytest.mark.parametrize("items", BOTH)
+def test_each_review_answer_and_mistake_is_one_of_the_options(items):
+    for item in items:
+        if item.outcome == "O3":
+            assert item.judge.expected in REVIEW_OPTIONS
+            for letter in REVIEW_OPTIONS:  # every option is judged, none raises
+                right, misconception = item.judge(letter)
+                assert right is (letter == item.judge.expected)
+                assert misconception is None or misconception in MISCONCEPTIONS
